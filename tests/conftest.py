@@ -1,0 +1,36 @@
+"""Shared fixtures: the toy base model (built once, cached in artifacts/) and one vLLM engine.
+
+vLLM takes seconds to start, and one process should hold one engine: every test that samples
+shares this one; train.train() pushes its own learner's weights in before sampling.
+"""
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+TOY_MODEL = os.path.join(ROOT, "artifacts", "toy_base")
+
+
+@pytest.fixture(scope="session")
+def toy_model():
+    import tasks
+    return tasks.build_base_model(TOY_MODEL)
+
+
+@pytest.fixture(scope="session")
+def sampler(toy_model):
+    import rollout
+    return rollout.Sampler(toy_model, dtype="float32", seed=0)
+
+
+def toy_config(tmp_path, **overrides):
+    """A tiny, fast config for the loop tests."""
+    import train
+    cfg = train.load_config(os.path.join(ROOT, "configs", "toy.yaml"))
+    cfg.update(out_dir=str(tmp_path), model=TOY_MODEL, updates=4, prompts_per_update=4,
+               group_size=4, micro_batch_size=8, eval_every=0)
+    cfg.update(overrides)
+    train._validate(cfg)
+    return cfg

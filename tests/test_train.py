@@ -1,0 +1,92 @@
+"""The loop: exact staleness, on-policy at N = 0, real weight sync, config errors."""
+import json
+import os
+
+import pytest
+import torch
+
+import train
+from conftest import ROOT, toy_config
+
+
+@pytest.mark.parametrize("delay", [0, 1, 3])
+def test_staleness_is_exact(tmp_path, sampler, delay):
+    """The update v -> v+1 trains on a batch sampled by version max(0, v - N)."""
+    cfg = toy_config(tmp_path, delay=delay, updates=6)
+    rows = train.train(cfg, sampler=sampler)
+    assert [r["update"] for r in rows] == list(range(1, 7))
+    for r in rows:
+        v = r["update"] - 1                      # learner version before the update
+        assert r["sampler_version"] == max(0, v - delay)
+        assert r["staleness"] == min(v, delay)
+    # every response the sampler generated is counted, warm-up batches included
+    assert rows[-1]["responses_total"] == 6 * 4 * 4
+    logged = [json.loads(line) for line in open(os.path.join(tmp_path, "metrics.jsonl"))]
+    assert [r["update"] for r in logged] == list(range(1, 7))
+
+
+def test_on_policy_behavior_equals_learner(tmp_path, sampler):
+    """N = 0: the sampler's log-probs are the learner's before the step (fp32)."""
+    cfg = toy_config(tmp_path, delay=0, updates=3, lr=1e-3)
+    rows = train.train(cfg, sampler=sampler)
+    for r in rows:
+        assert r["logp_diff_max"] < 1e-4
+        assert r["k3"] < 1e-8
+    # while a stale batch is off-policy as soon as the learner has moved
+    rows = train.train(toy_config(tmp_path / "stale", delay=2, updates=4, lr=1e-3), sampler)
+    assert rows[-1]["logp_diff_max"] > 1e-3
+
+
+def _learner_logp(model, rollouts):
+    out = []
+    with torch.no_grad():
+        for r in rollouts:
+            ids = torch.tensor([r.prompt_ids + r.response_ids])
+            lp = torch.log_softmax(model(ids).logits[0].float(), -1)
+            P = len(r.prompt_ids)
+            pos = torch.arange(P - 1, P - 1 + len(r.response_ids))
+            out.append(lp[pos, torch.tensor(r.response_ids)])
+    return torch.cat(out)
+
+
+def test_weight_sync_is_real(tmp_path, sampler, toy_model):
+    """After a few updates vLLM samples from the learner's weights, not the base model's."""
+    cfg = toy_config(tmp_path, delay=0, updates=3, lr=3e-3)
+    learner = {}
+    orig = train.load_learner
+
+    def keep(cfg):
+        model = orig(cfg)
+        learner.setdefault("model", model)
+        return model
+
+    train.load_learner = keep
+    try:
+        train.train(cfg, sampler=sampler)
+    finally:
+        train.load_learner = orig
+    rollouts = sampler.sample(["12+34=", "567+89=", "4321+1234="], m=4, max_tokens=16, seed=5)
+    vllm_logp = torch.tensor([x for r in rollouts for x in r.behavior_logp])
+    trained = _learner_logp(learner["model"], rollouts)
+    base = _learner_logp(train.load_learner({**cfg, "model": toy_model}), rollouts)
+    assert (vllm_logp - trained).abs().max() < 1e-4
+    assert (vllm_logp - base).abs().max() > 1e-2
+    assert sampler.version == 3
+
+
+def test_config_overrides_and_errors():
+    cfg = train.load_config(os.path.join(ROOT, "configs", "toy.yaml"),
+                            ["delay=3", "loss_args.beta=0.1", "lr=1e-3", "loss=ggpo"])
+    assert (cfg["delay"], cfg["loss_args"]["beta"], cfg["lr"], cfg["loss"]) == (3, 0.1, 1e-3, "ggpo")
+    with pytest.raises(ValueError, match="unknown config key 'dealy'"):
+        train.load_config(None, ["dealy=3"])
+    with pytest.raises(ValueError, match="unknown config key 'loss_args.betta'"):
+        train.load_config(None, ["loss_args.betta=3"])
+    with pytest.raises(TypeError, match="group_size must be an integer"):
+        train.load_config(None, ["group_size=2.5"])
+    with pytest.raises(ValueError, match="delay"):
+        train.load_config(None, ["delay=-1"])
+    with pytest.raises(ValueError, match="group_size must be >= 2"):
+        train.load_config(None, ["group_size=1", "micro_batch_size=1"])
+    with pytest.raises(FileNotFoundError, match="nope.yaml"):
+        train.load_config("nope.yaml")
