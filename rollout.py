@@ -13,6 +13,7 @@ from dataclasses import dataclass
 # vLLM's CPU backend otherwise takes most of the machine's memory for KV cache.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # INFO logs every weight sync
 
 
 @dataclass
