@@ -1,0 +1,86 @@
+"""Run a grid of training runs (objectives x N x seeds), one after another, or print them.
+
+    python sweep.py configs/sweep_fig3_toy.yaml            # run every unfinished run here
+    python sweep.py configs/sweep_fig3_toy.yaml --print    # one command per run, for a scheduler
+
+A sweep file names a base config, a grid and an output root:
+
+    config: configs/toy.yaml
+    out_root: runs/fig3_toy
+    grid: {loss: [grpo, agro], delay: [0, 8], seed: [0, 1]}
+    overrides: {updates: 300}              # applied to every run
+    per_loss: {grpo_tis: {lr: 1.0e-4}}     # applied to runs of one objective (optional)
+    only: {grpo_tis: {delay: [128]}}       # extra grid values for one objective (optional)
+
+Each run goes to <out_root>/<loss>_N<delay>_s<seed>. A run whose metrics.jsonl already reaches
+`updates` is skipped. Runs here share one vLLM engine (the base model is the same for all).
+"""
+import argparse
+import itertools
+import json
+import os
+import shlex
+import sys
+
+import yaml
+
+import train
+
+
+def expand(sweep: dict) -> list:
+    """[(out_dir, overrides list)] for every run of the grid, in a fixed order."""
+    grid = sweep["grid"]
+    unknown = set(grid) - {"loss", "delay", "seed"}
+    if unknown:
+        raise ValueError(f"sweep grid keys must be loss, delay, seed; got {sorted(unknown)}")
+    runs = []
+    for loss in grid["loss"]:
+        delays = list(grid["delay"]) + list(sweep.get("only", {}).get(loss, {}).get("delay", []))
+        for delay, seed in itertools.product(delays, grid["seed"]):
+            out_dir = os.path.join(sweep["out_root"], f"{loss}_N{delay}_s{seed}")
+            extra = {**sweep.get("overrides", {}), **sweep.get("per_loss", {}).get(loss, {})}
+            overrides = [f"loss={loss}", f"delay={delay}", f"seed={seed}", f"out_dir={out_dir}"]
+            overrides += [f"{k}={json.dumps(v)}" for k, v in extra.items()]
+            runs.append((out_dir, overrides))
+    return runs
+
+
+def finished(out_dir: str, updates: int) -> bool:
+    path = os.path.join(out_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return False
+    last = 0
+    with open(path) as f:
+        for line in f:
+            last = max(last, json.loads(line).get("update", 0))
+    return last >= updates
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", help="sweep YAML file")
+    parser.add_argument("--print", action="store_true", help="print one command per run")
+    args = parser.parse_args(argv)
+    with open(args.sweep) as f:
+        sweep = yaml.safe_load(f)
+    runs = expand(sweep)
+    configs = [train.load_config(sweep["config"], overrides) for _, overrides in runs]
+    if args.print:
+        for _, overrides in runs:
+            print(" ".join(["python", "train.py", sweep["config"], *map(shlex.quote, overrides)]))
+        return
+    todo = [(cfg, d) for cfg, (d, _) in zip(configs, runs) if not finished(d, cfg["updates"])]
+    print(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to run",
+          file=sys.stderr)
+    sampler = None
+    for i, (cfg, out_dir) in enumerate(todo):
+        print(f"[{i + 1}/{len(todo)}] {out_dir}", file=sys.stderr)
+        if os.path.exists(os.path.join(out_dir, "metrics.jsonl")):
+            os.remove(os.path.join(out_dir, "metrics.jsonl"))  # an unfinished run starts over
+        if sampler is None:
+            sampler = train.make_sampler(cfg)
+        train.train(cfg, sampler=sampler)
+
+
+if __name__ == "__main__":
+    main()
