@@ -171,7 +171,7 @@ class _GraderPool:
     START_TIMEOUT_S = 180
 
     def __init__(self):
-        self.workers = []  # dicts: proc, send, conn (to read), ready, item (index graded), since
+        self.workers = []  # dicts: proc, inbox / conn (its pipes), ready, item (index graded), since
         self.lock = threading.Lock()
 
     def _start(self) -> dict:
@@ -184,7 +184,7 @@ class _GraderPool:
                                 pass_fds=(to_child[0], to_parent[1]))
         os.close(to_child[0])
         os.close(to_parent[1])
-        return {"proc": proc, "send": Connection(to_child[1], readable=False).send,
+        return {"proc": proc, "inbox": Connection(to_child[1], readable=False),
                 "conn": Connection(to_parent[0], writable=False), "ready": False, "item": None,
                 "since": time.monotonic()}
 
@@ -192,7 +192,7 @@ class _GraderPool:
         w["proc"].kill()
         w["proc"].wait()
         w["conn"].close()
-        w["send"].__self__.close()
+        w["inbox"].close()
         self.workers.remove(w)
 
     def close(self) -> None:
@@ -201,7 +201,13 @@ class _GraderPool:
 
     def grade(self, items: list, timeout_s: int, n_workers: int, deadline_s: float) -> list:
         with self.lock:
-            return self._grade(items, timeout_s, n_workers, deadline_s)
+            try:
+                return self._grade(items, timeout_s, n_workers, deadline_s)
+            except BaseException:
+                # interrupted (e.g. Ctrl-C): a worker may still answer an item of this batch,
+                # which the next batch would misread as one of its own; start afresh instead
+                self.close()
+                raise
 
     def _grade(self, items, timeout_s, n_workers, deadline_s) -> list:
         from multiprocessing.connection import wait
@@ -221,7 +227,7 @@ class _GraderPool:
             for w in ready:
                 if w["item"] is None and todo:
                     i = todo.pop()
-                    w["send"]((i, items[i][0], items[i][1], timeout_s))
+                    w["inbox"].send((i, items[i][0], items[i][1], timeout_s))
                     w["item"], w["since"] = i, now
             waits = [w["since"] + (deadline_s if w["ready"] else self.START_TIMEOUT_S)
                      for w in self.workers if w["item"] is not None or not w["ready"]]

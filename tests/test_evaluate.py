@@ -167,9 +167,10 @@ def test_unreachable_hub_fails_fast_with_both_ways(monkeypatch):
 
 def test_offline_hub_without_cache_fails_fast_through_datasets(tmp_path):
     """HF_HUB_OFFLINE=1 and an empty cache: datasets itself refuses, and the error says how to fix."""
-    code = ("import evaluate, train\n"
+    spec = train.load_config(None)["benchmarks"]["amc23"]
+    code = ("import evaluate\n"
             "try:\n"
-            "    evaluate.load_benchmark('amc23', train.load_config(None)['benchmarks']['amc23'])\n"
+            f"    evaluate.load_benchmark('amc23', {spec!r})\n"
             "except evaluate.BenchmarkUnavailable as e:\n"
             "    print(e)\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path), "PYTHONPATH": ROOT}

@@ -3,12 +3,16 @@
 All equivalence cases are graded in one tasks.grade_many batch (one trip to the grader pool);
 each case is then its own test, so a regression names the exact pair.
 """
+import os
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
 import tasks
+from conftest import ROOT
 
 # (prediction inside \boxed{}, reference answer): must grade True
 HOLD = [
@@ -144,3 +148,29 @@ def test_grading_from_a_non_main_thread():
     thread.join(60)
     assert "threaded environment" in out["in_thread_error"]
     assert out["verdicts"] == [True, True, False]
+
+
+def test_batch_deadline_counts_the_rest_wrong(monkeypatch):
+    """With no per-item allowance left, the batch ends at the first item deadline: the stuck items
+    and those never started count wrong, instead of each waiting its turn (4 x 1.5 s / 2)."""
+    monkeypatch.setattr(tasks, "GRADE_ITEM_BUDGET_S", 0.0)
+    towers = ["\\boxed{" + str(base) + "^{2^{2^{2^{2^{2}}}}}}" for base in (3, 5, 7, 9)]
+    assert len(set(towers)) == 4
+    before = tasks.GRADE_STATS["batch_deadline"]
+    t0 = time.perf_counter()
+    got = tasks.grade_many(towers, ["3"] * 4, timeout_s=60, deadline_s=1.5, workers=2)
+    assert got == [False] * 4
+    assert time.perf_counter() - t0 < 2.9
+    assert tasks.GRADE_STATS["batch_deadline"] == before + 4
+
+
+def test_grader_that_cannot_start_raises_instead_of_grading_all_wrong(tmp_path):
+    """A broken Math-Verify install must stop the run, not silently zero every reward."""
+    (tmp_path / "math_verify.py").write_text("raise ImportError('math_verify is broken here')\n")
+    code = ("import tasks\ntry:\n    tasks.grade_many([r'\\boxed{0.5}'], ['1/2'])\n"
+            "except RuntimeError as e:\n    print('RuntimeError:', e)\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60).stdout
+    assert "RuntimeError: a grader process could not start Math-Verify" in out
+    assert "math_verify is broken here" in out
