@@ -1,7 +1,7 @@
 """Evaluation: mean@k and best@k on benchmarks, per-problem records, standalone CLI.
 
     python evaluate.py --model PATH --benchmarks math500,aime24,aime25,amc23,minerva --n 32
-                       [--max-tokens 3072] [--out records.jsonl] [--config CONFIG.yaml]
+                       [--max-tokens 3072] [--out records.jsonl] [--config CONFIG.yaml] [key=value ...]
     python evaluate.py --model artifacts/toy_base --benchmarks toy,tests/fixtures/mini_math.jsonl \\
                        --n 4 --template plain
 
@@ -33,7 +33,6 @@ import time
 
 import tasks
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 HUB_PROBE_TIMEOUT_S = 3.0  # a quick TCP probe spares datasets' ~25 s of retries when offline
 PARTIAL_MAX_P0 = 0.75      # "solved part of the time": 0 < p0 <= 0.75 (the study's Fig. 5 split)
 EVAL_SEED_OFFSET = 7_777_777  # eval sampling seeds are disjoint from the training stream's
@@ -135,8 +134,8 @@ def _unavailable(name: str, spec: dict, why: str) -> BenchmarkUnavailable:
         f"  1. Hugging Face hub ({hub}): run where the hub is reachable, or where the HF cache "
         f"holds it, with HF_HUB_OFFLINE=1;\n"
         f"  2. a local JSONL file, one problem per line with `problem` and `answer` fields: "
-        f"set benchmarks.{name}.file=PATH in the config (or as a key=value override), or give "
-        f"{name}=PATH in --benchmarks / eval_benchmarks.")
+        f"set benchmarks.{name}.file=PATH in the config or as a key=value override (train.py "
+        f"and evaluate.py take both), or give {name}=PATH in --benchmarks / eval_benchmarks.")
 
 
 def answer_text(value) -> str:
@@ -347,12 +346,12 @@ def _needed_model_len(model: str, benchmarks: dict, max_tokens: int) -> int:
                             for ids in tok([p["prompt"] for p in problems])["input_ids"])
 
 
-def print_table(metrics: dict, benchmarks: dict, k: int) -> None:
+def print_table(metrics: dict, benchmarks: dict, n: int, k: int) -> None:
     print(f"{'benchmark':<14}{'problems':>9}{f'mean@{k}':>10}{f'best@{k}':>10}{'trunc':>7}"
           f"{'len':>7}{'sample s':>10}{'grade s':>9}{'grade ms/resp':>15}")
     for name, problems in benchmarks.items():
         e = lambda key: metrics[f"eval/{name}/{key}"]
-        responses = e("problems") * metrics["_n"]
+        responses = e("problems") * n
         print(f"{name:<14}{e('problems'):>9}{e(f'mean@{k}'):>10.4f}{e(f'best@{k}'):>10.4f}"
               f"{e('truncated_frac'):>7.2f}{e('response_len_mean'):>7.1f}"
               f"{e('seconds_generate'):>10.2f}{e('seconds_grade'):>9.2f}"
@@ -388,9 +387,11 @@ def main(argv: list) -> dict:
     p.add_argument("--gpu-memory-utilization", type=float)
     p.add_argument("--grade-workers", type=int, help="grader processes (0: min(8, cpus))")
     p.add_argument("--out", help="write the per-problem records here (JSONL)")
+    p.add_argument("overrides", nargs="*", help="config overrides key=value, as for train.py "
+                                                "(e.g. benchmarks.math500.file=math500.jsonl)")
     args = p.parse_args(argv)
 
-    cfg = train.load_config(args.config)
+    cfg = train.load_config(args.config, args.overrides)
     for key, value in [("eval_benchmarks", args.benchmarks and args.benchmarks.split(",")),
                        ("eval_n", args.n), ("eval_k", args.k), ("eval_max_tokens", args.max_tokens),
                        ("eval_temperature", args.temperature), ("prompt_template", args.template),
@@ -400,10 +401,8 @@ def main(argv: list) -> dict:
             cfg[key] = value
     if args.gpu_memory_utilization is not None:
         cfg["vllm"]["gpu_memory_utilization"] = args.gpu_memory_utilization
-    if args.k is not None and args.n is not None and args.k > args.n:
-        raise SystemExit(f"--k {args.k} must not exceed --n {args.n}")
     if args.n is not None and args.k is None:
-        cfg["eval_k"] = None
+        cfg["eval_k"] = None  # k follows the n given here, not the config's k
     train._validate(cfg)
 
     benchmarks = load_config_benchmarks(cfg)  # before the engine starts: data errors come first
@@ -424,11 +423,14 @@ def main(argv: list) -> dict:
             for r in records:
                 f.write(json.dumps(r) + "\n")
         print(f"{len(records)} per-problem records -> {args.out}")
-    print_table({**metrics, "_n": cfg["eval_n"]}, benchmarks, eval_k(cfg))
+    print_table(metrics, benchmarks, cfg["eval_n"], eval_k(cfg))
     print(json.dumps({key: round(v, 6) if isinstance(v, float) else v
                       for key, v in metrics.items()}))
     return metrics
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except BenchmarkUnavailable as e:
+        sys.exit(f"error: {e}")
