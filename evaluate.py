@@ -412,6 +412,7 @@ def main(argv: list) -> dict:
           f": n={cfg['eval_n']} k={eval_k(cfg)} max_tokens={cfg['eval_max_tokens']} "
           f"max_model_len={max_len} template={cfg['prompt_template']!r}", flush=True)
     import rollout
+    tasks.start_graders(cfg["grade_workers"])  # they import Math-Verify while the engine starts
     t0 = time.perf_counter()
     sampler = rollout.Sampler(args.model, dtype=cfg["dtype"], seed=cfg["seed"],
                               **{**cfg["vllm"], "max_model_len": max_len})

@@ -127,10 +127,22 @@ def _parse_gold(gold: str, timeout_s: int):
     return _GOLD_CACHE[gold]
 
 
+def start_graders(workers: int = 0) -> None:
+    """Start the grader processes now without waiting for them (they take 1-2 s to import
+    Math-Verify), e.g. while a vLLM engine starts; grade_many would otherwise start them."""
+    with _POOL.lock:
+        while len(_POOL.workers) < _n_workers(workers):
+            _POOL.workers.append(_POOL._start())
+
+
+def _n_workers(workers: int) -> int:
+    return workers or min(8, os.cpu_count() or 1)
+
+
 def _grade_slow(items: list, timeout_s: int, workers: int, deadline_s) -> list:
     if deadline_s is None:
         deadline_s = 3 * timeout_s + 1
-    return _POOL.grade(items, timeout_s, workers or min(8, os.cpu_count() or 1), deadline_s)
+    return _POOL.grade(items, timeout_s, _n_workers(workers), deadline_s)
 
 
 def _grader_main(read_fd: int, write_fd: int) -> None:
