@@ -98,6 +98,8 @@ def _validate(cfg: dict) -> None:
     for ok, message in checks:
         if not ok:
             raise ValueError(f"bad config: {message}")
+    import evaluate
+    evaluate.check_config(cfg)
 
 
 # ----------------------------------------------------------------------------- data
@@ -253,26 +255,28 @@ def sample_batch(cfg, sampler, index: int) -> tuple:
                               cfg["max_tokens"], cfg["temperature"],
                               seed=rollout.batch_seed(cfg["seed"], index))
     t1 = time.perf_counter()
-    rewards = [float(tasks.grade(r.text, problems[r.prompt_index]["answer"])) for r in rollouts]
+    correct = tasks.grade_many([r.text for r in rollouts],
+                               [problems[r.prompt_index]["answer"] for r in rollouts],
+                               cfg["grade_timeout_s"], cfg["grade_workers"])
+    rewards = [float(c) for c in correct]
     t2 = time.perf_counter()
     return RolloutBatch(index, rollouts, rewards), {"time/generate": t1 - t0, "time/grade": t2 - t1}
 
 
 def run_eval(cfg, sampler, update: int, out_dir: str) -> dict:
+    """Evaluate the engine's current weights (evaluate.evaluate_config); append the per-problem
+    records, tagged with `update`, to <out_dir>/eval_records.jsonl; add the difficulty-split
+    metrics against the update-0 (base model) records found there."""
     import evaluate
 
-    metrics = {}
-    for name in cfg["eval_benchmarks"]:
-        if name != "toy":
-            raise ValueError(f"benchmark {name!r} is not available yet (only 'toy')")
-        problems = evaluate.toy_benchmark(cfg["eval_toy_size"], digit_weights=cfg["toy_digits"])
-        m, records = evaluate.evaluate(sampler, name, problems, cfg["eval_n"],
-                                       cfg["eval_max_tokens"], cfg["temperature"],
-                                       seed=cfg["seed"] + 7_777_777)
-        metrics.update(m)
-        with open(os.path.join(out_dir, "eval_records.jsonl"), "a") as f:
-            for r in records:
-                f.write(json.dumps({"update": update, **r}) + "\n")
+    path = os.path.join(out_dir, "eval_records.jsonl")
+    metrics, records = evaluate.evaluate_config(cfg, sampler)
+    with open(path, "a") as f:
+        for r in records:
+            f.write(json.dumps({"update": update, **r}) + "\n")
+    base = evaluate.read_records(path, update=0)
+    if base:
+        metrics.update(evaluate.difficulty_metrics(base, records, evaluate.eval_k(cfg)))
     return metrics
 
 
