@@ -263,7 +263,7 @@ def evaluate(sampler, name: str, problems: list, n: int, max_tokens: int,
     t1 = time.perf_counter()
     correct = tasks.grade_many([r.text for r in rollouts],
                                [problems[r.prompt_index]["answer"] for r in rollouts],
-                               grade_timeout_s, grade_workers)
+                               grade_timeout_s, grade_workers, integer_only=name == "toy")
     t2 = time.perf_counter()
     records = []
     for i, p in enumerate(problems):

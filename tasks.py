@@ -53,7 +53,7 @@ def grade(response: str, answer: str, timeout_s: int = GRADE_TIMEOUT_S) -> bool:
 
 
 def grade_many(responses: list, answers: list, timeout_s: int = GRADE_TIMEOUT_S,
-               workers: int = 0, deadline_s: float = None) -> list:
+               workers: int = 0, deadline_s: float = None, integer_only: bool = False) -> list:
     """[last \\boxed{} of responses[i] equals answers[i]] as a list of bools; safe in any thread.
 
     1. Cheap exact paths in this process: no \\boxed{} -> False; equal strings -> True; two
@@ -67,6 +67,10 @@ def grade_many(responses: list, answers: list, timeout_s: int = GRADE_TIMEOUT_S,
        replaced. Counts are in GRADE_STATS; a warning is printed whenever an item was cut.
     A grader failure is a wrong answer, never an exception and never a hang; but grader workers
     that cannot start at all raise RuntimeError rather than silently grading everything wrong.
+
+    `integer_only` (the toy): only a plain integer in the box counts. The toy's prompt holds an
+    expression equal to the answer, which Math-Verify would accept: `\\boxed{12+34}` for 46 would
+    be a reward for copying the prompt.
     """
     if len(responses) != len(answers):
         raise ValueError(f"grade_many got {len(responses)} responses but {len(answers)} answers")
@@ -75,6 +79,8 @@ def grade_many(responses: list, answers: list, timeout_s: int = GRADE_TIMEOUT_S,
     for i, (response, answer) in enumerate(zip(responses, answers)):
         pred, gold = last_boxed(response), str(answer).strip()
         quick = _quick_grade(pred, gold)
+        if quick is None and integer_only:
+            quick = False
         if quick is None:
             todo.setdefault((pred.strip(), gold), []).append(i)
         else:

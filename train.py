@@ -244,6 +244,23 @@ def load_learner(cfg: dict):
     return model
 
 
+def prepare_model(cfg: dict) -> None:
+    """Build the toy base model if the config asks for it; refuse a model path that is missing."""
+    import tasks
+    if cfg["task"] == "toy" and cfg["build_toy_model"]:
+        tasks.build_base_model(cfg["model"])
+    if not os.path.isdir(cfg["model"]):
+        raise FileNotFoundError(f"model path {cfg['model']!r} does not exist: give a Hugging Face "
+                                f"model folder, or set build_toy_model=true for the toy")
+
+
+def make_sampler(cfg: dict):
+    """The vLLM engine for a run's base model (one per process; sweeps share it)."""
+    import rollout
+    prepare_model(cfg)
+    return rollout.Sampler(cfg["model"], dtype=cfg["dtype"], seed=cfg["seed"], **cfg["vllm"])
+
+
 def sample_batch(cfg, sampler, index: int) -> tuple:
     """Sample and grade rollout batch `index` with the engine's current weights."""
     import rollout
@@ -257,7 +274,8 @@ def sample_batch(cfg, sampler, index: int) -> tuple:
     t1 = time.perf_counter()
     correct = tasks.grade_many([r.text for r in rollouts],
                                [problems[r.prompt_index]["answer"] for r in rollouts],
-                               cfg["grade_timeout_s"], cfg["grade_workers"])
+                               cfg["grade_timeout_s"], cfg["grade_workers"],
+                               integer_only=cfg["task"] == "toy")
     rewards = [float(c) for c in correct]
     t2 = time.perf_counter()
     return RolloutBatch(index, rollouts, rewards), {"time/generate": t1 - t0, "time/grade": t2 - t1}
@@ -293,26 +311,20 @@ def train(cfg: dict, sampler=None) -> list:
     """
     import torch
     from tqdm import tqdm
-    import rollout
-    import tasks
 
     torch.manual_seed(cfg["seed"])
     out_dir = cfg["out_dir"]
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.yaml"), "w") as f:
         yaml.safe_dump(cfg, f, sort_keys=False)
-    if cfg["task"] == "toy" and cfg["build_toy_model"]:
-        tasks.build_base_model(cfg["model"])
-    if not os.path.isdir(cfg["model"]):
-        raise FileNotFoundError(f"model path {cfg['model']!r} does not exist")
-
+    prepare_model(cfg)
     model = load_learner(cfg)
     ref_model = load_learner(cfg).eval().requires_grad_(False)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=tuple(cfg["adam_betas"]),
                                   weight_decay=cfg["weight_decay"])
     if sampler is None:
-        sampler = rollout.Sampler(cfg["model"], dtype=cfg["dtype"], seed=cfg["seed"], **cfg["vllm"])
+        sampler = make_sampler(cfg)
     else:
         sampler.sync(model, 0)
     sampler.version = 0

@@ -174,3 +174,10 @@ def test_grader_that_cannot_start_raises_instead_of_grading_all_wrong(tmp_path):
                          timeout=60).stdout
     assert "RuntimeError: a grader process could not start Math-Verify" in out
     assert "math_verify is broken here" in out
+
+
+def test_toy_grading_refuses_expressions_that_copy_the_prompt():
+    """Math-Verify accepts \\boxed{12+34} for 46; the toy (integer_only) must not reward it."""
+    responses = ["\\boxed{12+34}", "\\boxed{46}", "\\boxed{046}", "\\boxed{45}"]
+    assert tasks.grade_many(responses, ["46"] * 4, integer_only=True) == [False, True, True, False]
+    assert tasks.grade_many(responses[:1], ["46"])[0] is True  # the general grader does
