@@ -368,7 +368,7 @@ def build_tokenizer():
 TOY_MODEL = dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4,
                  num_attention_heads=4, num_key_value_heads=2, head_dim=32)
 TOY_WARMUP = dict(steps=1000, batch_size=128, lr=2e-3, digit_weights={1: 0.3, 2: 0.5, 3: 0.2},
-                  seed=0)
+                  correct_frac={1: 0.85, 2: 0.5, 3: 0.5}, seed=0)
 
 
 def build_base_model(path: str, model: dict = None, warmup: dict = None, log=print) -> str:
@@ -377,15 +377,22 @@ def build_base_model(path: str, model: dict = None, warmup: dict = None, log=pri
     A fresh char-level Qwen3 model gets a short supervised warm-up on toy sums so that, sampled at
     temperature 1, it solves easy problems often, medium ones sometimes and hard ones never. The
     folder appears atomically (built under a temporary name, renamed when complete), so an
-    interrupted build never leaves a folder that looks valid.
+    interrupted build never leaves a folder that looks valid. A folder built with other settings
+    (e.g. after the defaults here changed) is rebuilt.
     """
-    if os.path.exists(os.path.join(path, "build_info.json")):
-        return path
+    model_kw = {**TOY_MODEL, **(model or {})}
+    warm = {**TOY_WARMUP, **(warmup or {})}
+    recipe = json.loads(json.dumps({"model": model_kw, "warmup": warm}))  # int keys -> str
+    info_path = os.path.join(path, "build_info.json")
+    if os.path.exists(info_path):
+        with open(info_path) as f:
+            info = json.load(f)
+        if {"model": info.get("model"), "warmup": info.get("warmup")} == recipe:
+            return path
+        log(f"{path} was built with other settings: rebuilding it")
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    model_kw = {**TOY_MODEL, **(model or {})}
-    warm = {**TOY_WARMUP, **(warmup or {})}
     tokenizer = build_tokenizer()
     torch.manual_seed(warm["seed"])
     config = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=64,
@@ -403,12 +410,17 @@ def build_base_model(path: str, model: dict = None, warmup: dict = None, log=pri
     net.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     with open(os.path.join(tmp, "build_info.json"), "w") as f:
-        json.dump({"model": model_kw, "warmup": {**warm, "digit_weights": {
-            str(k): v for k, v in warm["digit_weights"].items()}},
-            "params": n_params, "seconds": round(time.time() - t0, 1)}, f, indent=1)
+        json.dump({**recipe, "params": n_params, "seconds": round(time.time() - t0, 1)}, f, indent=1)
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
     return path
+
+
+def _near_miss(rng: random.Random, answer: str) -> str:
+    """The answer with one digit changed: the kind of slip the warm-up data teaches."""
+    i = rng.randrange(len(answer))
+    digit = rng.choice([d for d in "0123456789" if d != answer[i] and (i or d != "0" or len(answer) == 1)])
+    return answer[:i] + digit + answer[i + 1:]
 
 
 def _supervised_warmup(net, tokenizer, warm: dict, log) -> None:
@@ -427,6 +439,8 @@ def _supervised_warmup(net, tokenizer, warm: dict, log) -> None:
         ids, labels = [], []
         for _ in range(warm["batch_size"]):
             prob = toy_problem(rng, rng.choices(digits, weights)[0])
+            if rng.random() > warm["correct_frac"][prob["digits"]]:
+                prob["answer"] = _near_miss(rng, prob["answer"])
             p = tokenizer.encode(prob["prompt"])
             r = tokenizer.encode(toy_response(prob)) + [tokenizer.eos_token_id]
             ids.append(p + r)
