@@ -6,8 +6,13 @@ One process alternates vLLM sampling (rollout.py) and plain PyTorch updates. A F
 rollout batches, N = `delay` deep, makes the batch trained at update t the one sampled by the
 policy of N updates earlier. Policy version v = optimizer updates applied so far (base model:
 v = 0); the update v -> v+1 trains on a batch sampled by version max(0, v - N).
+
+Runs survive: a checkpoint (out_dir/ckpt-XXXXXX) is written every `ckpt_every` updates, at the
+end, and on SIGINT/SIGTERM (the update finishes first; exit code 128 + signal: 130 or 143).
+The same command with resume=true continues from the last checkpoint exactly as if never stopped.
 """
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -33,7 +38,7 @@ def _merge(base: dict, override: dict, where: str) -> dict:
     out = dict(base)
     for key, value in override.items():
         if key not in base:
-            near = [k for k in base if k.split("_")[0] == key.split("_")[0] or key in k]
+            near = difflib.get_close_matches(key, list(base), n=3, cutoff=0.7)
             raise ValueError(f"unknown config key '{where}{key}'"
                            + (f" (did you mean {', '.join(near)}?)" if near else "")
                            + f"; every key is listed in {DEFAULTS_PATH}")
@@ -192,8 +197,9 @@ def preflight(cfg: dict):
         if ckpt or logged:
             raise ValueError(
                 f"out_dir {out_dir!r} already holds this run ("
-                + (f"checkpoint at update {_ckpt_update(ckpt)}" if ckpt else "metrics, no checkpoint")
-                + "): pass resume=true to continue it, or pick another out_dir (or delete this one)")
+                + (f"checkpoint at update {_ckpt_update(ckpt)}): pass resume=true to continue it"
+                   if ckpt else "metrics but no checkpoint): pass resume=true to start it again there")
+                + ", or pick another out_dir (or delete this one)")
         return None
     if ckpt and _ckpt_update(ckpt) > cfg["updates"]:
         raise ValueError(f"the checkpoint {ckpt} is past updates={cfg['updates']}; pass "

@@ -278,8 +278,20 @@ def test_bad_paths_and_out_dirs_are_refused_before_any_work(tmp_path, monkeypatc
     refused(ValueError, "holds a different run", delay=3, resume=True)
     with open(tmp_path / "run" / "metrics.jsonl", "w") as f:
         f.write('{"update": 1}\n')
-    refused(ValueError, "already holds this run .metrics, no checkpoint.: pass resume=true",
+    refused(ValueError, "already holds this run .metrics but no checkpoint.: pass resume=true",
             updates=7)
     os.makedirs(tmp_path / "run" / "ckpt-000009")
     refused(ValueError, "already holds this run .checkpoint at update 9.: pass resume=true")
     refused(ValueError, "ckpt-000009 is past updates=4; pass updates=9 or more", resume=True)
+
+
+def test_second_signal_aborts_at_once(monkeypatch):
+    """The first SIGINT/SIGTERM asks for a clean stop; a second one kills with the default action."""
+    calls = []
+    monkeypatch.setattr(train.signal, "signal", lambda sig, handler: calls.append((sig, handler)))
+    monkeypatch.setattr(train.os, "kill", lambda pid, sig: calls.append((pid, sig)))
+    monkeypatch.setitem(train.STOP, "signal", None)
+    train._on_signal(signal.SIGINT, None)
+    assert train.STOP["signal"] == signal.SIGINT and calls == []
+    train._on_signal(signal.SIGINT, None)
+    assert calls == [(signal.SIGINT, signal.SIG_DFL), (os.getpid(), signal.SIGINT)]
