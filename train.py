@@ -565,8 +565,8 @@ def train(cfg: dict, sampler=None) -> list:
                                   weight_decay=cfg["weight_decay"])
     state = load_checkpoint(ckpt, model, optimizer, ref_model) if ckpt else {}
     start = state.get("update", 0)
+    drop_logged_after(out_dir, start if ckpt else -1)  # fresh runs: only an interrupted update 0
     if cfg["resume"]:
-        drop_logged_after(out_dir, start if ckpt else -1)
         print(f"resuming {out_dir} from {ckpt}" if ckpt else
               f"resume=true: no checkpoint in {out_dir} yet, starting at update 0", file=sys.stderr)
     if ckpt and rollout.batch_seed(cfg["seed"], state["next_batch"]) != state["next_batch_seed"]:
@@ -649,7 +649,10 @@ def train(cfg: dict, sampler=None) -> list:
             metrics = learn(cfg, model, ref_model, optimizer, batch, pad_id)
             # A non-finite loss or gradient skips the optimizer step (learn never steps on NaN);
             # the batch is still consumed and the update counted, so the data order and the delay
-            # stay those of the schedule. Isolated skips are survivable, a streak means divergence.
+            # stay those of the schedule. Skip rather than stop: one overflowing batch (an extreme
+            # ratio, a bf16 overflow) should not cost a restart, and the weights are untouched.
+            # A streak of max_consecutive_skips means the run has diverged: stop, keeping the last
+            # checkpoint (resuming would replay the same updates).
             skipped_updates += int(metrics["skipped"])
             skips_in_a_row = skips_in_a_row + 1 if metrics["skipped"] else 0
 
