@@ -58,29 +58,31 @@ def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, sampler):
     run_dir = tmp_path / "run"
     argv = [sys.executable, os.path.join(ROOT, "train.py"), os.path.join(ROOT, "configs", "toy.yaml"),
             f"out_dir={run_dir}", f"model={TOY_MODEL}"] + [f"{k}={v}" for k, v in TINY.items()]
-    log = open(tmp_path / "stderr.log", "w+")  # a file, not a pipe: a full pipe would block
-    quiet = dict(cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    def start(extra, log):  # stderr to a file, not a pipe: a full pipe would block the trainer
+        return subprocess.Popen(argv + extra, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=open(tmp_path / log, "w"))
 
-    first = subprocess.Popen(argv, **quiet)
+    first = start([], "first.log")
     wait_for(lambda: train.latest_checkpoint(str(run_dir)), first)
     first.kill()
     first.wait()
     killed_at = train._ckpt_update(train.latest_checkpoint(str(run_dir)))
     assert killed_at < TINY["updates"]
 
-    log.truncate(0)
-    second = subprocess.Popen(argv + ["resume=true"], **quiet)
+    second = start(["resume=true"], "second.log")
     metrics = run_dir / "metrics.jsonl"
     # the progress bar appears once the loop runs, with the signal handlers installed
-    wait_for(lambda: "grpo N=2:" in open(tmp_path / "stderr.log").read(), second)
+    wait_for(lambda: "grpo N=2:" in open(tmp_path / "second.log").read(), second)
     second.send_signal(signal.SIGTERM)
-    assert second.wait(timeout=120) == 128 + signal.SIGTERM, open(tmp_path / "stderr.log").read()
+    assert second.wait(timeout=120) == 128 + signal.SIGTERM, open(tmp_path / "second.log").read()
+    assert f"resuming {run_dir} from {run_dir}/ckpt-{killed_at:06d}" in open(tmp_path / "second.log").read()
     stopped_at = train._ckpt_update(train.latest_checkpoint(str(run_dir)))
     assert killed_at < stopped_at < TINY["updates"]
     assert read_jsonl(metrics)[-1]["update"] == stopped_at  # the checkpoint is the last update
 
     cfg = toy_config(run_dir, **TINY)
-    train.train({**cfg, "resume": True}, sampler=sampler)  # the shared engine, a third one
+    rows = train.train({**cfg, "resume": True}, sampler=sampler)  # the shared engine, a third one
+    assert rows[0]["update"] == stopped_at + 1
     train.train(toy_config(tmp_path / "ref", **TINY), sampler=sampler)
     assert_same_metrics(read_jsonl(metrics), read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
     assert read_jsonl(run_dir / "eval_records.jsonl") == read_jsonl(tmp_path / "ref" / "eval_records.jsonl")
