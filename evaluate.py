@@ -273,7 +273,7 @@ def evaluate(sampler, name: str, problems: list, n: int, max_tokens: int,
                         "response_len_mean": sum(len(r.response_ids) for r in group) / n,
                         "truncated": sum(not r.finished for r in group)})
     metrics = summarize(name, records, k)
-    metrics.update({f"eval/{name}/seconds_generate": t1 - t0, f"eval/{name}/seconds_grade": t2 - t1})
+    metrics.update({f"time/eval/{name}/generate": t1 - t0, f"time/eval/{name}/grade": t2 - t1})
     return metrics, records
 
 
@@ -292,9 +292,9 @@ def evaluate_benchmarks(sampler, benchmarks: dict, n: int, max_tokens: int,
     avg = summarize("avg", records, k)
     metrics.update({key: avg[key] for key in (f"eval/avg/mean@{k}", f"eval/avg/best@{k}")})
     metrics["time/eval_generate"] = sum(v for key, v in metrics.items()
-                                        if key.endswith("/seconds_generate"))
+                                        if key.startswith("time/eval/") and key.endswith("/generate"))
     metrics["time/eval_grade"] = sum(v for key, v in metrics.items()
-                                     if key.endswith("/seconds_grade"))
+                                     if key.startswith("time/eval/") and key.endswith("/grade"))
     return metrics, records
 
 
@@ -351,11 +351,12 @@ def print_table(metrics: dict, benchmarks: dict, n: int, k: int) -> None:
           f"{'len':>7}{'sample s':>10}{'grade s':>9}{'grade ms/resp':>15}")
     for name, problems in benchmarks.items():
         e = lambda key: metrics[f"eval/{name}/{key}"]
+        t = lambda phase: metrics[f"time/eval/{name}/{phase}"]
         responses = e("problems") * n
         print(f"{name:<14}{e('problems'):>9}{e(f'mean@{k}'):>10.4f}{e(f'best@{k}'):>10.4f}"
               f"{e('truncated_frac'):>7.2f}{e('response_len_mean'):>7.1f}"
-              f"{e('seconds_generate'):>10.2f}{e('seconds_grade'):>9.2f}"
-              f"{1000 * e('seconds_grade') / responses:>15.3f}")
+              f"{t('generate'):>10.2f}{t('grade'):>9.2f}"
+              f"{1000 * t('grade') / responses:>15.3f}")
     total = sum(len(p) for p in benchmarks.values())
     print(f"{'avg':<14}{total:>9}{metrics[f'eval/avg/mean@{k}']:>10.4f}"
           f"{metrics[f'eval/avg/best@{k}']:>10.4f}  (problem-weighted)")

@@ -5,6 +5,7 @@ the sampled tokens under the distribution actually sampled from (temperature app
 no top-k: vLLM's `processed_logprobs`), so importance ratios against the learner are exact.
 `Sampler.sync` pushes the learner's weights into the engine in place (no reload from disk).
 """
+import logging
 import os
 import random
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class Sampler:
                        enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=False,
                        logprobs_mode="processed_logprobs", max_logprobs=1, enforce_eager=enforce_eager)
         torch.set_num_threads(threads)
+        # every in-place reload warns that the tied lm_head and the rotary cache "failed to load"
+        # (they have no checkpoint tensors of their own); _refresh_tied_lm_head handles the former
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
         self.tokenizer = self.llm.get_tokenizer()
         self.version = 0
 

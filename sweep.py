@@ -13,7 +13,8 @@ A sweep file names a base config, a grid and an output root:
     only: {grpo_tis: {delay: [128]}}       # extra grid values for one objective (optional)
 
 Each run goes to <out_root>/<loss>_N<delay>_s<seed>. A run whose metrics.jsonl already reaches
-`updates` is skipped. Runs here share one vLLM engine (the base model is the same for all).
+`updates` is skipped, an unfinished one resumes from its last checkpoint. Runs here share one
+vLLM engine (the base model is the same for all).
 """
 import argparse
 import itertools
@@ -75,11 +76,9 @@ def main(argv=None) -> None:
     sampler = None
     for i, (cfg, out_dir) in enumerate(todo):
         print(f"[{i + 1}/{len(todo)}] {out_dir}", file=sys.stderr)
-        if os.path.exists(os.path.join(out_dir, "metrics.jsonl")):
-            os.remove(os.path.join(out_dir, "metrics.jsonl"))  # an unfinished run starts over
         if sampler is None:
             sampler = train.make_sampler(cfg)
-        train.train(cfg, sampler=sampler)
+        train.train({**cfg, "resume": True}, sampler=sampler)  # an unfinished run continues
 
 
 if __name__ == "__main__":

@@ -6,16 +6,30 @@ One process alternates vLLM sampling (rollout.py) and plain PyTorch updates. A F
 rollout batches, N = `delay` deep, makes the batch trained at update t the one sampled by the
 policy of N updates earlier. Policy version v = optimizer updates applied so far (base model:
 v = 0); the update v -> v+1 trains on a batch sampled by version max(0, v - N).
+
+Runs survive: a checkpoint (out_dir/ckpt-XXXXXX) is written every `ckpt_every` updates, at the
+end, and on SIGINT/SIGTERM (the update finishes first; exit code 128 + signal: 130 or 143).
+The same command with resume=true continues from the last checkpoint exactly as if never stopped.
 """
+import dataclasses
+import difflib
 import json
 import math
 import os
+import random
+import re
+import shutil
+import signal
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 
 import yaml
+
+import rollout
+import tasks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULTS_PATH = os.path.join(HERE, "configs", "defaults.yaml")
@@ -27,7 +41,7 @@ def _merge(base: dict, override: dict, where: str) -> dict:
     out = dict(base)
     for key, value in override.items():
         if key not in base:
-            near = [k for k in base if k.split("_")[0] == key.split("_")[0] or key in k]
+            near = difflib.get_close_matches(key, list(base), n=3, cutoff=0.7)
             raise ValueError(f"unknown config key '{where}{key}'"
                            + (f" (did you mean {', '.join(near)}?)" if near else "")
                            + f"; every key is listed in {DEFAULTS_PATH}")
@@ -54,6 +68,8 @@ def _check_type(key: str, default, value):
             raise TypeError(f"config key {key} must be a number, got {value!r}") from None
         if isinstance(value, bool) or (isinstance(default, int) and number != float(value)):
             raise TypeError(f"config key {key} must be an integer, got {value!r}")
+        if not math.isfinite(number):
+            raise ValueError(f"config key {key} must be a finite number, got {value!r}")
         return number
     if not isinstance(value, type(default)):
         raise TypeError(f"config key {key} must be a {type(default).__name__}, got {value!r}")
@@ -82,24 +98,118 @@ def load_config(path: str = None, overrides: list = ()) -> dict:
 
 
 def _validate(cfg: dict) -> None:
+    """Impossible values, from the config alone (types were checked while merging)."""
     import losses
+    betas, digits = cfg["adam_betas"], cfg["toy_digits"]
     checks = [
         (cfg["loss"] in losses.LOSSES, f"loss must be one of {sorted(losses.LOSSES)}"),
         (cfg["delay"] >= 0, "delay (N) must be >= 0"),
         (cfg["group_size"] >= 2, "group_size must be >= 2 (group baselines need two responses)"),
         (cfg["prompts_per_update"] >= 1, "prompts_per_update must be >= 1"),
         (cfg["updates"] >= 0, "updates must be >= 0"),
-        (cfg["micro_batch_size"] % cfg["group_size"] == 0,
-         "micro_batch_size must be a multiple of group_size (groups are never split)"),
+        (cfg["micro_batch_size"] >= 1 and cfg["micro_batch_size"] % cfg["group_size"] == 0,
+         "micro_batch_size must be a positive multiple of group_size (groups are never split)"),
         (cfg["lr"] > 0, "lr must be > 0"),
+        (cfg["weight_decay"] >= 0, "weight_decay must be >= 0"),
+        (cfg["grad_clip"] > 0, "grad_clip must be > 0"),
+        (len(betas) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool)
+                                 and 0 <= b < 1 for b in betas),
+         f"adam_betas must be two numbers in [0, 1), got {betas!r}"),
+        (cfg["dtype"] in ("float32", "bfloat16", "float16"),
+         f"dtype must be float32, bfloat16 or float16, got {cfg['dtype']!r}"),
         (cfg["task"] in ("toy", "math"), "task must be toy or math"),
+        (cfg["task"] != "math" or bool(cfg["train_data"]),
+         "task=math needs train_data (a JSONL file with problem/answer fields, or a hub name)"),
+        (len(digits) > 0 and all(isinstance(d, int) and d >= 1 for d in digits)
+         and all(isinstance(w, (int, float)) and w >= 0 for w in digits.values())
+         and sum(digits.values()) > 0,
+         f"toy_digits must map digit counts >= 1 to weights >= 0 with a positive sum, got {digits!r}"),
+        (cfg["max_tokens"] >= 1 and cfg["eval_max_tokens"] >= 1,
+         "max_tokens and eval_max_tokens must be >= 1"),
+        (cfg["temperature"] > 0, "temperature must be > 0 (behavior log-probs need a sampling "
+                                 "distribution; greedy decoding has none)"),
+        (cfg["eval_every"] >= 0, "eval_every must be >= 0 (0: never evaluate)"),
         (cfg["eval_n"] >= 1, "eval_n must be >= 1"),
+        (cfg["eval_toy_size"] >= 1, "eval_toy_size must be >= 1"),
+        (all(isinstance(b, str) for b in cfg["eval_benchmarks"]),
+         f"eval_benchmarks must be a list of names, got {cfg['eval_benchmarks']!r}"),
+        (cfg["ckpt_every"] >= 0, "ckpt_every must be >= 0 (0: checkpoint only at the end)"),
+        (cfg["max_consecutive_skips"] >= 1, "max_consecutive_skips must be >= 1"),
+        (bool(cfg["out_dir"]), "out_dir must be a folder name"),
     ]
     for ok, message in checks:
         if not ok:
             raise ValueError(f"bad config: {message}")
+    try:
+        losses._check_hparams(cfg["loss"], cfg["loss_args"])  # the same check compute_loss runs
+    except ValueError as e:
+        raise ValueError(f"bad config: loss_args: {e}") from None
     import evaluate
     evaluate.check_config(cfg)
+
+
+# Keys that may change when a run is resumed: they do not change what the run computes.
+RESUMABLE_CHANGES = ("updates", "resume", "ckpt_every", "max_consecutive_skips", "build_toy_model",
+                     "vllm")
+
+
+def config_differences(old: dict, new: dict) -> list:
+    """'key: old -> new' for every key that differs, nested keys dotted, RESUMABLE_CHANGES left out."""
+    def flat(d, where=""):
+        out = {}
+        for k, v in d.items():
+            if where == "" and k in RESUMABLE_CHANGES:
+                continue
+            if isinstance(v, dict) and k != "toy_digits":
+                out.update(flat(v, f"{where}{k}."))
+            else:
+                out[f"{where}{k}"] = v
+        return out
+    a, b = flat(old), flat(new)
+    return [f"{k}: {a.get(k, '(absent)')!r} -> {b.get(k, '(absent)')!r}"
+            for k in sorted(set(a) | set(b)) if a.get(k, "(absent)") != b.get(k, "(absent)")]
+
+
+def preflight(cfg: dict):
+    """Checks on files, run before any long work (model build, engine start).
+
+    Refuses a missing model, a benchmark that cannot be loaded, and an out_dir that holds another
+    run (or this run, without resume=true). Returns the checkpoint to resume from, or None.
+    """
+    if cfg["task"] == "math":
+        raise NotImplementedError("task=math: loading train_data is not implemented yet "
+                                  "(prompts_for_batch builds toy sums only); use task=toy")
+    if not (cfg["task"] == "toy" and cfg["build_toy_model"]) and not os.path.isdir(cfg["model"]):
+        raise FileNotFoundError(
+            f"model path {cfg['model']!r} does not exist; give a Hugging Face model folder "
+            f"(e.g. `huggingface-cli download Qwen/Qwen3-1.7B-Base --local-dir DIR`), or for the "
+            f"toy set build_toy_model=true to build it there")
+    check_benchmarks(cfg)
+    out_dir = cfg["out_dir"]
+    saved = os.path.join(out_dir, "config.yaml")
+    if os.path.exists(saved):
+        with open(saved) as f:
+            diff = config_differences(yaml.safe_load(f) or {}, cfg)
+        if diff:
+            raise ValueError(
+                f"out_dir {out_dir!r} holds a different run ({'; '.join(diff)}). Pick another "
+                f"out_dir; resume=true continues a run only with its own config (these may change: "
+                f"{', '.join(RESUMABLE_CHANGES)})")
+    ckpt = latest_checkpoint(out_dir)
+    if not cfg["resume"]:
+        metrics_path = os.path.join(out_dir, "metrics.jsonl")
+        logged = os.path.exists(metrics_path) and os.path.getsize(metrics_path) > 0
+        if ckpt or logged:
+            raise ValueError(
+                f"out_dir {out_dir!r} already holds this run ("
+                + (f"checkpoint at update {_ckpt_update(ckpt)}): pass resume=true to continue it"
+                   if ckpt else "metrics but no checkpoint): pass resume=true to start it again there")
+                + ", or pick another out_dir (or delete this one)")
+        return None
+    if ckpt and _ckpt_update(ckpt) > cfg["updates"]:
+        raise ValueError(f"the checkpoint {ckpt} is past updates={cfg['updates']}; pass "
+                         f"updates={_ckpt_update(ckpt)} or more to resume it")
+    return ckpt
 
 
 # ----------------------------------------------------------------------------- data
@@ -114,7 +224,6 @@ class RolloutBatch:
 
 def prompts_for_batch(cfg: dict, index: int) -> list:
     """The problems of rollout batch `index`: a pure function of (seed, index)."""
-    import tasks
     seed = cfg["seed"] * 1_000_003 + index
     return tasks.toy_dataset(cfg["prompts_per_update"], seed, cfg["toy_digits"])
 
@@ -180,7 +289,8 @@ def learn(cfg, model, ref_model, optimizer, batch: RolloutBatch, pad_id: int) ->
     mb = cfg["micro_batch_size"]
     n_tokens_total = sum(len(r.response_ids) for r in batch.rollouts)
     need_ref = losses.needs_ref(cfg["loss"])
-    logp_all, ref_all, mask_all, entropy_sum = [], [], [], 0.0
+    logp_all, ref_all, entropy_sum = [], [], 0.0
+    loss_total = torch.zeros((), device=device)
     optimizer.zero_grad(set_to_none=True)
     times["time/ref"] = times["time/learn"] = 0.0
     for start in range(0, len(batch.rollouts), mb):
@@ -199,7 +309,9 @@ def learn(cfg, model, ref_model, optimizer, batch: RolloutBatch, pad_id: int) ->
         loss, _ = losses.compute_loss(cfg["loss"], logp=logp, behavior_logp=behavior,
                                       ref_logp=ref_logp, mask=mask, rewards=rewards,
                                       group_size=cfg["group_size"], **cfg["loss_args"])
-        (loss * (mask.sum() / n_tokens_total)).backward()
+        share = mask.sum() / n_tokens_total
+        (loss * share).backward()
+        loss_total += loss.detach() * share
         times["time/ref"] += t1 - t0
         times["time/learn"] += time.perf_counter() - t1
         entropy_sum += float(ent)
@@ -207,7 +319,8 @@ def learn(cfg, model, ref_model, optimizer, batch: RolloutBatch, pad_id: int) ->
         ref_all.append(ref_logp)
     t0 = time.perf_counter()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"]))
-    finite = math.isfinite(grad_norm)
+    # never step on a non-finite loss or gradient: the update is skipped (counted by the loop)
+    finite = math.isfinite(grad_norm) and math.isfinite(float(loss_total))
     if finite:
         optimizer.step()
     else:
@@ -230,6 +343,127 @@ def learn(cfg, model, ref_model, optimizer, batch: RolloutBatch, pad_id: int) ->
     return metrics
 
 
+# ----------------------------------------------------------------------------- checkpoints
+#
+# out_dir/ckpt-000040/ holds all a resumed run needs to continue exactly as if never stopped:
+#   learner.pt     learner weights
+#   optimizer.pt   AdamW state
+#   reference.pt   reference weights, only when ref_refresh_every > 0 (else the base model is it)
+#   state.pt       update counter, next batch index, responses_total, skip counters, the delay
+#                  queue (rollouts, rewards, policy versions), RNG states, the sampler seed stream
+# A checkpoint is written as ckpt-XXXXXX.tmp, fsynced, then renamed, so a folder named
+# ckpt-XXXXXX is always complete; the previous one is deleted only after the rename.
+
+_CKPT_NAME = re.compile(r"ckpt-(\d+)")
+
+
+def _ckpt_update(path: str) -> int:
+    return int(_CKPT_NAME.fullmatch(os.path.basename(path)).group(1))
+
+
+def latest_checkpoint(out_dir: str):
+    """The complete checkpoint folder with the highest update in out_dir, or None."""
+    if not os.path.isdir(out_dir):
+        return None
+    found = [os.path.join(out_dir, n) for n in os.listdir(out_dir) if _CKPT_NAME.fullmatch(n)]
+    return max(found, key=_ckpt_update) if found else None
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def save_checkpoint(out_dir: str, update: int, model, optimizer, ref_model, state: dict) -> str:
+    """Write checkpoint `update` atomically, then delete older ones; returns its folder.
+    `ref_model` None: the reference is the base model and is not saved."""
+    import torch
+
+    final = os.path.join(out_dir, f"ckpt-{update:06d}")
+    tmp = final + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a crash during an earlier write
+    os.makedirs(tmp)
+    files = {"learner.pt": model.state_dict(), "optimizer.pt": optimizer.state_dict(),
+             "state.pt": state}
+    if ref_model is not None:
+        files["reference.pt"] = ref_model.state_dict()
+    for name, obj in files.items():
+        with open(os.path.join(tmp, name), "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+    _fsync_dir(tmp)
+    os.replace(tmp, final)
+    _fsync_dir(out_dir)
+    for name in os.listdir(out_dir):  # older checkpoints, and temp folders of interrupted writes
+        if name.startswith("ckpt-") and name != os.path.basename(final):
+            shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: str, model, optimizer, ref_model) -> dict:
+    """Load a checkpoint into the learner, the optimizer and (when saved) the reference; return
+    its state.pt with the delay queue rebuilt as RolloutBatch objects."""
+    import torch
+
+    def load(name):  # weights_only: a checkpoint holds tensors and plain Python values only
+        return torch.load(os.path.join(path, name), map_location="cpu", weights_only=True)
+
+    model.load_state_dict(load("learner.pt"))
+    optimizer.load_state_dict(load("optimizer.pt"))
+    if os.path.exists(os.path.join(path, "reference.pt")):
+        ref_model.load_state_dict(load("reference.pt"))
+    state = load("state.pt")
+    state["queue"] = deque(RolloutBatch(b["index"], [rollout.Rollout(**r) for r in b["rollouts"]],
+                                        b["rewards"]) for b in state["queue"])
+    return state
+
+
+def rng_state() -> dict:
+    """Every RNG the run may draw from (numpy's is not used by this code, so not saved)."""
+    import torch
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_state(state: dict) -> None:
+    import torch
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if state["cuda"]:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def drop_logged_after(out_dir: str, update: int) -> None:
+    """Remove the rows of metrics.jsonl and eval_records.jsonl past `update`, which a killed run
+    logged after its last checkpoint (the resumed run logs them again), and a line torn by the kill."""
+    for name in ("metrics.jsonl", "eval_records.jsonl"):
+        path = os.path.join(out_dir, name)
+        if not os.path.exists(path):
+            continue
+        kept = []
+        with open(path) as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if row["update"] <= update:
+                    kept.append(line.rstrip("\n") + "\n")
+        _write_atomic(path, "".join(kept))
+
+
 # ----------------------------------------------------------------------------- the loop
 
 def load_learner(cfg: dict):
@@ -245,26 +479,19 @@ def load_learner(cfg: dict):
 
 
 def prepare_model(cfg: dict) -> None:
-    """Build the toy base model if the config asks for it; refuse a model path that is missing."""
-    import tasks
+    """Build the toy base model if the config asks for it (preflight refuses a missing path)."""
     if cfg["task"] == "toy" and cfg["build_toy_model"]:
         tasks.build_base_model(cfg["model"])
-    if not os.path.isdir(cfg["model"]):
-        raise FileNotFoundError(f"model path {cfg['model']!r} does not exist: give a Hugging Face "
-                                f"model folder, or set build_toy_model=true for the toy")
 
 
 def make_sampler(cfg: dict):
     """The vLLM engine for a run's base model (one per process; sweeps share it)."""
-    import rollout
     prepare_model(cfg)
     return rollout.Sampler(cfg["model"], dtype=cfg["dtype"], seed=cfg["seed"], **cfg["vllm"])
 
 
 def sample_batch(cfg, sampler, index: int) -> tuple:
     """Sample and grade rollout batch `index` with the engine's current weights."""
-    import rollout
-    import tasks
 
     problems = prompts_for_batch(cfg, index)
     t0 = time.perf_counter()
@@ -279,6 +506,13 @@ def sample_batch(cfg, sampler, index: int) -> tuple:
     rewards = [float(c) for c in correct]
     t2 = time.perf_counter()
     return RolloutBatch(index, rollouts, rewards), {"time/generate": t1 - t0, "time/grade": t2 - t1}
+
+
+def check_benchmarks(cfg: dict) -> None:
+    """Refuse, before any long work, an eval benchmark that run_eval could not load."""
+    if cfg["eval_every"] > 0:
+        import evaluate
+        evaluate.load_config_benchmarks(cfg)  # raises BenchmarkUnavailable, naming the fix
 
 
 def run_eval(cfg, sampler, update: int, out_dir: str) -> dict:
@@ -303,31 +537,55 @@ def _jsonable(metrics: dict) -> dict:
             for k, v in metrics.items()}
 
 
+# The first SIGINT/SIGTERM sets STOP["signal"]: the run finishes its update, writes a checkpoint
+# and train() returns; main() then exits with 128 + signal (130 SIGINT, 143 SIGTERM).
+STOP = {"signal": None}
+
+
+def _on_signal(signum, frame) -> None:
+    if STOP["signal"] is not None:  # a second signal aborts now; the last checkpoint stays valid
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    STOP["signal"] = signum
+    print(f"\n{signal.Signals(signum).name}: finishing this update, then checkpoint and exit "
+          f"(send it again to abort at once)", file=sys.stderr, flush=True)
+
+
 def train(cfg: dict, sampler=None) -> list:
-    """Run the loop of DESIGN.md; returns the list of logged rows (also in metrics.jsonl).
+    """Run the loop of DESIGN.md; returns the rows logged by this call (also in metrics.jsonl).
 
     `sampler`: an existing rollout.Sampler to reuse (tests share one engine); the learner's
-    weights are pushed into it first, so it starts from this run's base model.
+    weights are pushed into it first, so it starts from this run's base model or checkpoint.
+    resume=true continues from the last checkpoint in out_dir (none yet: from update 0) after
+    dropping the rows logged past it, so metrics.jsonl never holds an update twice.
     """
     import torch
     from tqdm import tqdm
 
+    ckpt = preflight(cfg)  # refuses bad paths and a clashing out_dir before any long work
     torch.manual_seed(cfg["seed"])
     out_dir = cfg["out_dir"]
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "config.yaml"), "w") as f:
-        yaml.safe_dump(cfg, f, sort_keys=False)
+    _write_atomic(os.path.join(out_dir, "config.yaml"), yaml.safe_dump(cfg, sort_keys=False))
     prepare_model(cfg)
     model = load_learner(cfg)
     ref_model = load_learner(cfg).eval().requires_grad_(False)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=tuple(cfg["adam_betas"]),
                                   weight_decay=cfg["weight_decay"])
+    state = load_checkpoint(ckpt, model, optimizer, ref_model) if ckpt else {}
+    start = state.get("update", 0)
+    drop_logged_after(out_dir, start if ckpt else -1)  # fresh runs: only an interrupted update 0
+    if cfg["resume"]:
+        print(f"resuming {out_dir} from {ckpt}" if ckpt else
+              f"resume=true: no checkpoint in {out_dir} yet, starting at update 0", file=sys.stderr)
+    if ckpt and rollout.batch_seed(cfg["seed"], state["next_batch"]) != state["next_batch_seed"]:
+        raise RuntimeError(f"rollout.batch_seed changed since {ckpt} was written: a resumed run "
+                           f"would not draw the samples of the original one")
     if sampler is None:
         sampler = make_sampler(cfg)
-    else:
-        sampler.sync(model, 0)
-    sampler.version = 0
+    sampler.sync(model, start)  # a shared engine or a resumed run holds other weights
     pad_id = sampler.tokenizer.pad_token_id
     if pad_id is None:
         pad_id = sampler.tokenizer.eos_token_id
@@ -342,60 +600,115 @@ def train(cfg: dict, sampler=None) -> list:
         log_file.flush()
 
     N, T = cfg["delay"], cfg["updates"]
-    responses_total = 0
-    queue = deque()
-    next_batch = 0
-    if cfg["eval_every"] > 0:
-        log({"update": 0, **run_eval(cfg, sampler, 0, out_dir)})
-    for _ in range(min(N, T)):  # warm-up: the first N batches come from the base policy
-        batch, _ = sample_batch(cfg, sampler, next_batch)
-        queue.append(batch)
-        next_batch += 1
-        responses_total += len(batch.rollouts)
+    queue = state.get("queue", deque())
+    next_batch = state.get("next_batch", 0)
+    responses_total = state.get("responses_total", 0)
+    skipped_updates = state.get("skipped_updates", 0)
+    skips_in_a_row = state.get("skips_in_a_row", 0)
 
-    bar = tqdm(range(1, T + 1), desc=f"{cfg['loss']} N={N}", dynamic_ncols=True)
-    for t in bar:
-        times = {}
-        # sample with the current weights (version t-1) only if some update will train on it
-        if next_batch < T:
-            batch_new, times = sample_batch(cfg, sampler, next_batch)
-            queue.append(batch_new)
+    def checkpoint(t):
+        t0 = time.perf_counter()
+        path = save_checkpoint(out_dir, t, model, optimizer,
+                               ref_model if cfg["ref_refresh_every"] > 0 else None, {
+            "update": t, "next_batch": next_batch, "responses_total": responses_total,
+            "skipped_updates": skipped_updates, "skips_in_a_row": skips_in_a_row,
+            "queue": [{"index": b.index, "rewards": b.rewards,
+                       "rollouts": [dataclasses.asdict(r) for r in b.rollouts]} for b in queue],
+            "rng": rng_state(),
+            # sampling is a pure function of (seed, batch index): recorded to check it on resume
+            "seed": cfg["seed"], "next_batch_seed": rollout.batch_seed(cfg["seed"], next_batch)})
+        size = sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+        tqdm.write(f"checkpoint {path}: {size / 1e6:.1f} MB in {time.perf_counter() - t0:.2f} s",
+                   file=sys.stderr)
+
+    STOP["signal"] = None
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():  # Python's signals need it
+        handlers = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if cfg["eval_every"] > 0 and start == 0:
+            log({"update": 0, **run_eval(cfg, sampler, 0, out_dir)})
+        # warm-up: the first N batches come from the base policy. A resumed run's queue is
+        # already this full, unless `updates` was raised past the end of the original run.
+        if state and len(queue) < min(N, T - start):
+            print(f"updates raised past the end of the original run: refilling the delay queue "
+                  f"with version {start}, so the next {min(N, T - start) - len(queue)} updates "
+                  f"train on fresher batches than a run planned this long would", file=sys.stderr)
+        while len(queue) < min(N, T - start):
+            batch, _ = sample_batch(cfg, sampler, next_batch)
+            queue.append(batch)
             next_batch += 1
-            responses_total += len(batch_new.rollouts)
-            sample_reward = sum(batch_new.rewards) / len(batch_new.rewards)
-        else:
-            sample_reward = float("nan")
-        batch = queue.popleft()
-        learner_version = t - 1
-        metrics = learn(cfg, model, ref_model, optimizer, batch, pad_id)
+            responses_total += len(batch.rollouts)
+        if state:
+            set_rng_state(state["rng"])  # after loading and engine start, which may draw from them
 
-        t0 = time.perf_counter()
-        sampler.sync(model, version=t)
-        times["time/sync"] = time.perf_counter() - t0
-        if cfg["ref_refresh_every"] > 0 and t % cfg["ref_refresh_every"] == 0:
-            ref_model.load_state_dict(model.state_dict())
+        bar = tqdm(range(start + 1, T + 1), initial=start, total=T, desc=f"{cfg['loss']} N={N}",
+                   dynamic_ncols=True)
+        for t in bar:
+            times = {}
+            # sample with the current weights (version t-1) only if some update will train on it
+            if next_batch < T:
+                batch_new, times = sample_batch(cfg, sampler, next_batch)
+                queue.append(batch_new)
+                next_batch += 1
+                responses_total += len(batch_new.rollouts)
+                sample_reward = sum(batch_new.rewards) / len(batch_new.rewards)
+            else:
+                sample_reward = float("nan")
+            batch = queue.popleft()
+            learner_version = t - 1
+            metrics = learn(cfg, model, ref_model, optimizer, batch, pad_id)
+            # A non-finite loss or gradient skips the optimizer step (learn never steps on NaN);
+            # the batch is still consumed and the update counted, so the data order and the delay
+            # stay those of the schedule. Skip rather than stop: one overflowing batch (an extreme
+            # ratio, a bf16 overflow) should not cost a restart, and the weights are untouched.
+            # A streak of max_consecutive_skips means the run has diverged: stop, keeping the last
+            # checkpoint (resuming would replay the same updates).
+            skipped_updates += int(metrics["skipped"])
+            skips_in_a_row = skips_in_a_row + 1 if metrics["skipped"] else 0
 
-        versions = [r.policy_version for r in batch.rollouts]
-        row = {
-            "update": t,
-            "reward_mean": sum(batch.rewards) / len(batch.rewards),
-            "sample_reward_mean": sample_reward,
-            "staleness": learner_version - sum(versions) / len(versions),
-            "sampler_version": min(versions),
-            "responses_total": responses_total,
-            "response_len_mean": sum(len(r.response_ids) for r in batch.rollouts) / len(versions),
-            "lr": cfg["lr"],
-            **metrics, **times,
-        }
-        if not math.isfinite(row["loss"]):
-            raise FloatingPointError(f"non-finite loss at update {t}: {row}")
-        t0 = time.perf_counter()
-        if cfg["eval_every"] > 0 and (t % cfg["eval_every"] == 0 or t == T):
-            row.update(run_eval(cfg, sampler, t, out_dir))
-        row["time/eval"] = time.perf_counter() - t0
-        log(row)
-        bar.set_postfix(reward=f"{row['reward_mean']:.3f}", k3=f"{row['k3']:.4f}")
-    log_file.close()
+            t0 = time.perf_counter()
+            sampler.sync(model, version=t)
+            times["time/sync"] = time.perf_counter() - t0
+            if cfg["ref_refresh_every"] > 0 and t % cfg["ref_refresh_every"] == 0:
+                ref_model.load_state_dict(model.state_dict())
+
+            versions = [r.policy_version for r in batch.rollouts]
+            row = {
+                "update": t,
+                "reward_mean": sum(batch.rewards) / len(batch.rewards),
+                "sample_reward_mean": sample_reward,
+                "staleness": learner_version - sum(versions) / len(versions),
+                "sampler_version": min(versions),
+                "responses_total": responses_total,
+                "response_len_mean": sum(len(r.response_ids) for r in batch.rollouts) / len(versions),
+                "lr": cfg["lr"],
+                "skipped_updates": skipped_updates,
+                **metrics, **times,
+            }
+            t0 = time.perf_counter()
+            if cfg["eval_every"] > 0 and (t % cfg["eval_every"] == 0 or t == T):
+                row.update(run_eval(cfg, sampler, t, out_dir))
+            row["time/eval"] = time.perf_counter() - t0
+            log(row)
+            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", k3=f"{row['k3']:.4f}")
+            if skips_in_a_row >= cfg["max_consecutive_skips"]:
+                raise FloatingPointError(
+                    f"updates {t - skips_in_a_row + 1}..{t} all had a non-finite loss or gradient "
+                    f"(max_consecutive_skips={cfg['max_consecutive_skips']}): the run has diverged. "
+                    f"No optimizer step used them; the last checkpoint, "
+                    f"{latest_checkpoint(out_dir) or 'none'}, is kept. Lower lr (or check "
+                    f"loss_args) and start a new run")
+            if t == T or (cfg["ckpt_every"] > 0 and t % cfg["ckpt_every"] == 0) or STOP["signal"]:
+                checkpoint(t)
+            if STOP["signal"]:
+                tqdm.write(f"stopped by {signal.Signals(STOP['signal']).name} after update {t}; "
+                           f"continue with resume=true", file=sys.stderr)
+                break
+    finally:
+        log_file.close()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     return rows
 
 
@@ -403,8 +716,14 @@ def main(argv: list) -> None:
     if not argv or argv[0].startswith("-"):
         print(__doc__)
         sys.exit(2)
-    cfg = load_config(argv[0], argv[1:])
+    try:
+        cfg = load_config(argv[0], argv[1:])
+        preflight(cfg)
+    except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as e:
+        sys.exit(f"error: {e}")  # bad input: the message says what is wrong and how to fix it
     train(cfg)
+    if STOP["signal"]:  # stopped early by a signal, its checkpoint written
+        sys.exit(128 + STOP["signal"])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,300 @@
+"""Runs that survive: exact resume after SIGKILL/SIGTERM, atomic checkpoints, refused bad
+input, skipped non-finite updates."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+import losses
+import evaluate
+import train
+from conftest import ROOT, TOY_MODEL, toy_config
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def assert_same_metrics(rows, ref_rows):
+    """Every update once, in order, and the same numbers as the uninterrupted run (time/* aside)."""
+    assert [r["update"] for r in rows] == [r["update"] for r in ref_rows]
+    for r, ref in zip(rows, ref_rows):
+        keys = {k for k in ref if not k.startswith("time/")}
+        assert keys == {k for k in r if not k.startswith("time/")}
+        for k in keys:
+            if isinstance(ref[k], float):
+                assert r[k] == pytest.approx(ref[k], rel=1e-5, abs=1e-7), (r["update"], k)
+            else:
+                assert r[k] == ref[k], (r["update"], k)
+
+
+def wait_for(predicate, proc, timeout=240):
+    t0 = time.time()
+    while not predicate():
+        assert proc.poll() is None, f"trainer exited early with {proc.returncode}"
+        assert time.time() - t0 < timeout, "trainer too slow"
+        time.sleep(0.02)
+
+
+# ----------------------------------------------------------------------------- exact resume
+
+TINY = dict(updates=10, delay=2, prompts_per_update=2, group_size=4, micro_batch_size=8,
+            eval_every=4, eval_toy_size=8, eval_n=2, ckpt_every=2, lr=1e-3)
+
+
+def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, sampler):
+    """SIGKILL after a checkpoint, resume in a new process (new vLLM engine), SIGTERM it (exit
+    143 after a checkpoint), resume again: the same metrics and eval records as a run never
+    stopped, every update logged once."""
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, os.path.join(ROOT, "train.py"), os.path.join(ROOT, "configs", "toy.yaml"),
+            f"out_dir={run_dir}", f"model={TOY_MODEL}"] + [f"{k}={v}" for k, v in TINY.items()]
+    def start(extra, log):  # stderr to a file, not a pipe: a full pipe would block the trainer
+        return subprocess.Popen(argv + extra, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=open(tmp_path / log, "w"))
+
+    first = start([], "first.log")
+    wait_for(lambda: train.latest_checkpoint(str(run_dir)), first)
+    first.kill()
+    first.wait()
+    killed_at = train._ckpt_update(train.latest_checkpoint(str(run_dir)))
+    assert killed_at < TINY["updates"]
+
+    second = start(["resume=true"], "second.log")
+    metrics = run_dir / "metrics.jsonl"
+    # the progress bar appears once the loop runs, with the signal handlers installed
+    wait_for(lambda: "grpo N=2:" in open(tmp_path / "second.log").read(), second)
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=120) == 128 + signal.SIGTERM, open(tmp_path / "second.log").read()
+    assert f"resuming {run_dir} from {run_dir}/ckpt-{killed_at:06d}" in open(tmp_path / "second.log").read()
+    stopped_at = train._ckpt_update(train.latest_checkpoint(str(run_dir)))
+    assert killed_at < stopped_at < TINY["updates"]
+    assert read_jsonl(metrics)[-1]["update"] == stopped_at  # the checkpoint is the last update
+
+    cfg = toy_config(run_dir, **TINY)
+    rows = train.train({**cfg, "resume": True}, sampler=sampler)  # the shared engine, a third one
+    assert rows[0]["update"] == stopped_at + 1
+    train.train(toy_config(tmp_path / "ref", **TINY), sampler=sampler)
+    assert_same_metrics(read_jsonl(metrics), read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
+    assert read_jsonl(run_dir / "eval_records.jsonl") == read_jsonl(tmp_path / "ref" / "eval_records.jsonl")
+    assert os.listdir(run_dir / "ckpt-000010")  # the final checkpoint, the only one left
+    assert [n for n in os.listdir(run_dir) if n.startswith("ckpt-")] == ["ckpt-000010"]
+
+
+def test_sigterm_in_process_resume_with_reference_refresh(tmp_path, sampler):
+    """GGPO with a refreshed reference (saved in the checkpoint) and an N = 2 queue: stopped by
+    SIGTERM during update 3, resumed, it matches the run never stopped."""
+    kw = dict(loss="ggpo", ref_refresh_every=2, delay=2, updates=6, lr=1e-3, ckpt_every=0)
+    calls = {"n": 0}
+    original_learn = train.learn
+
+    def learn_then_signal(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives mid-update: the update must finish
+        return original_learn(*args, **kwargs)
+
+    cfg = toy_config(tmp_path / "run", **kw)
+    train.learn = learn_then_signal
+    try:
+        rows = train.train(cfg, sampler=sampler)
+    finally:
+        train.learn = original_learn
+    assert train.STOP["signal"] == signal.SIGTERM
+    assert [r["update"] for r in rows] == [1, 2, 3]
+    ckpt = train.latest_checkpoint(cfg["out_dir"])
+    assert os.path.basename(ckpt) == "ckpt-000003"
+    assert sorted(os.listdir(ckpt)) == ["learner.pt", "optimizer.pt", "reference.pt", "state.pt"]
+    state = torch.load(os.path.join(ckpt, "state.pt"), weights_only=True)
+    assert (state["update"], state["next_batch"], len(state["queue"])) == (3, 5, 2)
+    assert [b["index"] for b in state["queue"]] == [3, 4]  # sampled during updates 2 and 3
+    assert [b["rollouts"][0]["policy_version"] for b in state["queue"]] == [1, 2]
+    assert state["responses_total"] == 5 * 4 * 4
+
+    rows = train.train({**cfg, "resume": True}, sampler=sampler)
+    assert train.STOP["signal"] is None
+    assert [r["update"] for r in rows] == [4, 5, 6]
+    train.train(toy_config(tmp_path / "ref", **kw), sampler=sampler)
+    assert_same_metrics(read_jsonl(tmp_path / "run" / "metrics.jsonl"),
+                        read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
+
+
+# ----------------------------------------------------------------------------- checkpoint files
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    """A crash while writing leaves the previous checkpoint the latest; the next write cleans up."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    out = str(tmp_path)
+    train.save_checkpoint(out, 1, model, opt, None, {"update": 1, "queue": []})
+
+    real_save, calls = torch.save, {"n": 0}
+
+    def save_then_crash(obj, f):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk full")
+        real_save(obj, f)
+
+    monkeypatch.setattr(torch, "save", save_then_crash)
+    with pytest.raises(OSError, match="disk full"):
+        train.save_checkpoint(out, 2, model, opt, None, {"update": 2, "queue": []})
+    monkeypatch.setattr(torch, "save", real_save)
+    assert train.latest_checkpoint(out) == os.path.join(out, "ckpt-000001")
+    assert sorted(os.listdir(out)) == ["ckpt-000001", "ckpt-000002.tmp"]
+
+    train.save_checkpoint(out, 3, model, opt, None, {"update": 3, "queue": []})
+    assert sorted(os.listdir(out)) == ["ckpt-000003"]
+    fresh = torch.nn.Linear(3, 2)
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.1)
+    state = train.load_checkpoint(os.path.join(out, "ckpt-000003"), fresh, fresh_opt, None)
+    assert state["update"] == 3 and len(state["queue"]) == 0
+    assert torch.equal(fresh.weight, model.weight)
+    assert torch.equal(fresh_opt.state_dict()["state"][0]["exp_avg"],
+                       opt.state_dict()["state"][0]["exp_avg"])
+
+
+def test_drop_logged_after(tmp_path):
+    """Rows past the checkpoint (eval rows and records included) and a torn line are dropped."""
+    with open(tmp_path / "metrics.jsonl", "w") as f:
+        for u in range(6):
+            f.write(json.dumps({"update": u, "loss": 0.5 * u}) + "\n")
+        f.write('{"update": 6, "lo')  # torn by SIGKILL
+    with open(tmp_path / "eval_records.jsonl", "w") as f:
+        for u in (0, 2, 4):
+            f.write(json.dumps({"update": u, "id": "toy-0", "correct": u}) + "\n")
+    train.drop_logged_after(str(tmp_path), 3)
+    assert [r["update"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert read_jsonl(tmp_path / "metrics.jsonl")[3] == {"update": 3, "loss": 1.5}
+    assert [r["update"] for r in read_jsonl(tmp_path / "eval_records.jsonl")] == [0, 2]
+    train.drop_logged_after(str(tmp_path), -1)  # resume=true without a checkpoint: start over
+    assert os.path.getsize(tmp_path / "metrics.jsonl") == 0
+
+
+# ----------------------------------------------------------------------------- non-finite updates
+
+def test_nonfinite_updates_are_skipped_then_stop(tmp_path, sampler, monkeypatch):
+    """A NaN loss never reaches the optimizer: the update is skipped and counted; a streak of
+    max_consecutive_skips stops the run with the last checkpoint kept."""
+    poisoned, calls, plan = {"on": False}, {"n": 0}, {}
+    grpo, learn = losses.LOSSES["grpo"], train.learn
+
+    def grpo_maybe_nan(*args):
+        loss, coef, extra = grpo(*args)
+        return (loss * math.nan if poisoned["on"] else loss), coef, extra
+
+    def learn_poisoning(cfg, model, ref_model, optimizer, *args):
+        calls["n"] += 1
+        poisoned["on"] = calls["n"] in plan["nan_at"]
+        before = [p.detach().clone() for p in model.parameters()]
+        steps = lambda: int(optimizer.state[next(model.parameters())].get("step", 0))
+        steps_before = steps()
+        metrics = learn(cfg, model, ref_model, optimizer, *args)
+        assert steps() == steps_before + (0 if poisoned["on"] else 1)
+        if poisoned["on"]:  # a skipped update leaves the weights as they were
+            assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        return metrics
+
+    monkeypatch.setitem(losses.LOSSES, "grpo", grpo_maybe_nan)
+    monkeypatch.setattr(train, "learn", learn_poisoning)
+    cfg = toy_config(tmp_path / "a", delay=0, updates=4, max_consecutive_skips=3)
+    plan["nan_at"] = (2, 3)
+    rows = train.train(cfg, sampler=sampler)
+    assert [r["skipped"] for r in rows] == [0, 1, 1, 0]
+    assert [r["skipped_updates"] for r in rows] == [0, 1, 2, 2]
+    assert all(math.isfinite(r["grad_norm"]) == (not r["skipped"]) for r in rows)
+
+    calls["n"], plan["nan_at"] = 0, (3, 4)
+    cfg = toy_config(tmp_path / "b", delay=0, updates=6, ckpt_every=2, max_consecutive_skips=2)
+    with pytest.raises(FloatingPointError, match=r"updates 3..4 all had a non-finite loss or "
+                                                 r"gradient .*ckpt-000002, is kept"):
+        train.train(cfg, sampler=sampler)
+    assert train.latest_checkpoint(cfg["out_dir"]).endswith("ckpt-000002")
+    assert [r["update"] for r in read_jsonl(tmp_path / "b" / "metrics.jsonl")] == [1, 2, 3, 4]
+
+
+# ----------------------------------------------------------------------------- bad input
+
+BAD_OVERRIDES = [
+    (["dealy=3"], ValueError, "unknown config key 'dealy'"),
+    (["group_size=2.5"], TypeError, "group_size must be an integer"),
+    (["lr=fast"], TypeError, "lr must be a number"),
+    (["lr=.inf"], ValueError, "lr must be a finite number"),
+    (["resume=maybe"], TypeError, "resume must be true or false"),
+    (["adam_betas=0.9"], TypeError, "adam_betas must be a list"),
+    (["delay=-1"], ValueError, r"delay \(N\) must be >= 0"),
+    (["group_size=1", "micro_batch_size=1"], ValueError, "group_size must be >= 2"),
+    (["micro_batch_size=12"], ValueError, "micro_batch_size must be a positive multiple"),
+    (["lr=0"], ValueError, "lr must be > 0"),
+    (["temperature=0"], ValueError, "temperature must be > 0"),
+    (["adam_betas=[0.9, 1.5]"], ValueError, r"adam_betas must be two numbers in \[0, 1\)"),
+    (["ckpt_every=-1"], ValueError, "ckpt_every must be >= 0"),
+    (["max_consecutive_skips=0"], ValueError, "max_consecutive_skips must be >= 1"),
+    (["toy_digits={0: 1}"], ValueError, "toy_digits must map digit counts >= 1"),
+    (["loss_args.clip_low=1.5"], ValueError, "loss_args: need 0 <= clip_low < 1"),
+    (["loss=ggpo", "loss_args.beta=0"], ValueError, r"beta must be >= 0 \(and > 0 for ggpo"),
+    (["task=math"], ValueError, "task=math needs train_data"),
+]
+
+
+@pytest.mark.parametrize("overrides,error,message", BAD_OVERRIDES)
+def test_bad_config_is_refused(overrides, error, message):
+    with pytest.raises(error, match=message):
+        train.load_config(os.path.join(ROOT, "configs", "toy.yaml"), overrides)
+
+
+def test_bad_paths_and_out_dirs_are_refused_before_any_work(tmp_path, monkeypatch):
+    """Missing model, unloadable benchmark, an out_dir holding another run (or this one without
+    resume=true), a checkpoint past `updates`: refused before the model is loaded."""
+    def no_long_work(cfg):
+        raise AssertionError("train() started loading the model before refusing bad input")
+    monkeypatch.setattr(train, "load_learner", no_long_work)
+
+    def refused(error, message, **overrides):
+        cfg = toy_config(tmp_path / "run", **overrides)
+        with pytest.raises(error, match=message):
+            train.train(cfg)
+
+    refused(FileNotFoundError, "model path '/nowhere' does not exist", model="/nowhere",
+            build_toy_model=False)
+    refused(evaluate.BenchmarkUnavailable, "benchmark 'mine' is not available: file "
+            "'/nowhere.jsonl' does not exist", eval_every=5, eval_benchmarks=["toy", "mine=/nowhere.jsonl"])
+
+    os.makedirs(tmp_path / "run")
+    with open(tmp_path / "run" / "config.yaml", "w") as f:
+        yaml.safe_dump(toy_config(tmp_path / "run"), f)
+    refused(ValueError, r"holds a different run \(delay: 8 -> 3; lr: 0.0002 -> 0.001\). Pick "
+                        r"another out_dir", delay=3, lr=1e-3)
+    refused(ValueError, "holds a different run", delay=3, resume=True)
+    with open(tmp_path / "run" / "metrics.jsonl", "w") as f:
+        f.write('{"update": 1}\n')
+    refused(ValueError, "already holds this run .metrics but no checkpoint.: pass resume=true",
+            updates=7)
+    os.makedirs(tmp_path / "run" / "ckpt-000009")
+    refused(ValueError, "already holds this run .checkpoint at update 9.: pass resume=true")
+    refused(ValueError, "ckpt-000009 is past updates=4; pass updates=9 or more", resume=True)
+
+
+def test_second_signal_aborts_at_once(monkeypatch):
+    """The first SIGINT/SIGTERM asks for a clean stop; a second one kills with the default action."""
+    calls = []
+    monkeypatch.setattr(train.signal, "signal", lambda sig, handler: calls.append((sig, handler)))
+    monkeypatch.setattr(train.os, "kill", lambda pid, sig: calls.append((pid, sig)))
+    monkeypatch.setitem(train.STOP, "signal", None)
+    train._on_signal(signal.SIGINT, None)
+    assert train.STOP["signal"] == signal.SIGINT and calls == []
+    train._on_signal(signal.SIGINT, None)
+    assert calls == [(signal.SIGINT, signal.SIG_DFL), (os.getpid(), signal.SIGINT)]
