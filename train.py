@@ -13,6 +13,7 @@ The same command with resume=true continues from the last checkpoint exactly as 
 """
 import dataclasses
 import difflib
+import functools
 import json
 import math
 import os
@@ -118,8 +119,6 @@ def _validate(cfg: dict) -> None:
         (cfg["dtype"] in ("float32", "bfloat16", "float16"),
          f"dtype must be float32, bfloat16 or float16, got {cfg['dtype']!r}"),
         (cfg["task"] in ("toy", "math"), "task must be toy or math"),
-        (cfg["task"] != "math" or bool(cfg["train_data"]),
-         "task=math needs train_data (a JSONL file with problem/answer fields, or a hub name)"),
         (len(digits) > 0 and all(isinstance(d, int) and d >= 1 for d in digits)
          and all(isinstance(w, (int, float)) and w >= 0 for w in digits.values())
          and sum(digits.values()) > 0,
@@ -177,8 +176,7 @@ def preflight(cfg: dict):
     run (or this run, without resume=true). Returns the checkpoint to resume from, or None.
     """
     if cfg["task"] == "math":
-        raise NotImplementedError("task=math: loading train_data is not implemented yet "
-                                  "(prompts_for_batch builds toy sums only); use task=toy")
+        train_problems(cfg)  # raises BenchmarkUnavailable, naming the two ways to supply it
     if not (cfg["task"] == "toy" and cfg["build_toy_model"]) and not os.path.isdir(cfg["model"]):
         raise FileNotFoundError(
             f"model path {cfg['model']!r} does not exist; give a Hugging Face model folder "
@@ -222,10 +220,29 @@ class RolloutBatch:
     rewards: list         # float per rollout
 
 
+def train_problems(cfg: dict) -> list:
+    """task=math: the training problems {id, prompt, answer} (loaded once per process)."""
+    import evaluate
+    return evaluate.load_benchmark("train_data", cfg["train_data"], cfg["prompt_template"])
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_order(seed: int, epoch: int, size: int) -> list:
+    order = list(range(size))
+    random.Random(f"{seed}:epoch{epoch}").shuffle(order)
+    return order
+
+
 def prompts_for_batch(cfg: dict, index: int) -> list:
-    """The problems of rollout batch `index`: a pure function of (seed, index)."""
-    seed = cfg["seed"] * 1_000_003 + index
-    return tasks.toy_dataset(cfg["prompts_per_update"], seed, cfg["toy_digits"])
+    """The problems of rollout batch `index`: a pure function of (seed, index), so a resumed run
+    sees the same prompts. Toy: fresh sums. Math: the training set in a new random order each
+    epoch; batch `index` takes items index*P .. index*P+P-1 of that stream."""
+    P = cfg["prompts_per_update"]
+    if cfg["task"] == "toy":
+        return tasks.toy_dataset(P, cfg["seed"] * 1_000_003 + index, cfg["toy_digits"])
+    problems = train_problems(cfg)
+    stream = (divmod(j, len(problems)) for j in range(index * P, (index + 1) * P))
+    return [problems[_epoch_order(cfg["seed"], epoch, len(problems))[pos]] for epoch, pos in stream]
 
 
 # ----------------------------------------------------------------------------- learner

@@ -246,7 +246,6 @@ BAD_OVERRIDES = [
     (["toy_digits={0: 1}"], ValueError, "toy_digits must map digit counts >= 1"),
     (["loss_args.clip_low=1.5"], ValueError, "loss_args: need 0 <= clip_low < 1"),
     (["loss=ggpo", "loss_args.beta=0"], ValueError, r"beta must be >= 0 \(and > 0 for ggpo"),
-    (["task=math"], ValueError, "task=math needs train_data"),
 ]
 
 

@@ -100,3 +100,26 @@ def test_grpo_on_policy_raises_toy_accuracy(tmp_path, sampler):
     base, final = rows[0]["eval/toy/mean@4"], rows[-1]["eval/toy/mean@4"]
     assert 0.25 < base < 0.45
     assert final > base + 0.04, (base, final)
+
+
+def test_math_training_prompts_cover_each_epoch_in_a_seeded_order():
+    fixture = os.path.join(ROOT, "tests", "fixtures", "mini_math.jsonl")
+    cfg = train.load_config(None, ["task=math", f"train_data.file={fixture}",
+                                   "prompts_per_update=5", "prompt_template=plain"])
+    n = len(train.train_problems(cfg))
+    stream = [p["id"] for b in range(2 * n) for p in train.prompts_for_batch(cfg, b)]
+    for epoch in range(5):  # 2n batches of 5 = 10 epochs
+        assert sorted(stream[epoch * n:(epoch + 1) * n]) == sorted({p["id"] for p in train.train_problems(cfg)})
+    assert stream[:n] != stream[n:2 * n]                       # reshuffled each epoch
+    assert train.prompts_for_batch(cfg, 3) == train.prompts_for_batch(cfg, 3)
+    other = train.load_config(None, ["task=math", f"train_data.file={fixture}",
+                                     "prompts_per_update=5", "prompt_template=plain", "seed=1"])
+    assert [p["id"] for p in train.prompts_for_batch(other, 0)] != stream[:5]
+
+
+def test_math_task_refuses_missing_training_data(tmp_path):
+    import evaluate
+    cfg = toy_config(tmp_path, task="math", model=str(tmp_path))
+    cfg["train_data"] = {**cfg["train_data"], "file": "/nowhere.jsonl"}
+    with pytest.raises(evaluate.BenchmarkUnavailable, match="'/nowhere.jsonl' does not exist"):
+        train.train(cfg)
