@@ -118,6 +118,10 @@ def _validate(cfg: dict) -> None:
          f"adam_betas must be two numbers in [0, 1), got {betas!r}"),
         (cfg["dtype"] in ("float32", "bfloat16", "float16"),
          f"dtype must be float32, bfloat16 or float16, got {cfg['dtype']!r}"),
+        (cfg["sampler_dtype"] in (None, "float32", "bfloat16", "float16"),
+         f"sampler_dtype must be null, float32, bfloat16 or float16, got {cfg['sampler_dtype']!r}"),
+        (cfg["autocast"] in (None, "bfloat16", "float16"),
+         f"autocast must be null, bfloat16 or float16, got {cfg['autocast']!r}"),
         (cfg["task"] in ("toy", "math"), "task must be toy or math"),
         (len(digits) > 0 and all(isinstance(d, int) and d >= 1 for d in digits)
          and all(isinstance(w, (int, float)) and w >= 0 for w in digits.values())
@@ -316,10 +320,11 @@ def learn(cfg, model, ref_model, optimizer, batch: RolloutBatch, pad_id: int) ->
         t0 = time.perf_counter()
         ref_logp = None
         if need_ref:
-            with torch.no_grad():
+            with torch.no_grad(), autocast(cfg):
                 ref_logp, _, _ = response_logp(ref_model, part, pad_id)
         t1 = time.perf_counter()
-        logp, mask, ent = response_logp(model, part, pad_id, with_entropy=True)
+        with autocast(cfg):
+            logp, mask, ent = response_logp(model, part, pad_id, with_entropy=True)
         T = logp.size(1)
         behavior = padded([r.behavior_logp for r in part.rollouts], T, device)
         rewards = torch.tensor(part.rewards, dtype=torch.float32, device=device)
@@ -483,6 +488,20 @@ def drop_logged_after(out_dir: str, update: int) -> None:
 
 # ----------------------------------------------------------------------------- the loop
 
+def autocast(cfg: dict):
+    """The learner's forward precision: `autocast` (e.g. bfloat16 on GPU) over `dtype` weights.
+
+    Weights, gradients and AdamW states stay in `dtype` (float32): a 1e-6 step is below bf16's
+    resolution for weights of size ~1e-2, so pure-bf16 weights would silently not train.
+    """
+    import contextlib
+    import torch
+    if not cfg["autocast"]:
+        return contextlib.nullcontext()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.autocast(device, dtype=getattr(torch, cfg["autocast"]))
+
+
 def load_learner(cfg: dict):
     import torch
     from transformers import AutoModelForCausalLM
@@ -504,7 +523,8 @@ def prepare_model(cfg: dict) -> None:
 def make_sampler(cfg: dict):
     """The vLLM engine for a run's base model (one per process; sweeps share it)."""
     prepare_model(cfg)
-    return rollout.Sampler(cfg["model"], dtype=cfg["dtype"], seed=cfg["seed"], **cfg["vllm"])
+    return rollout.Sampler(cfg["model"], dtype=cfg["sampler_dtype"] or cfg["dtype"],
+                           seed=cfg["seed"], **cfg["vllm"])
 
 
 def sample_batch(cfg, sampler, index: int) -> tuple:
