@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo test setup clean
+.PHONY: demo fig3 test setup clean
 
 setup: .venv/ready
 
@@ -21,8 +21,15 @@ setup: .venv/ready
 	fi
 	touch .venv/ready
 
+# Toy Fig. 1: the four objectives at N = 8 (runs/fig1_toy), then the figure (fig1_toy.png).
 demo: .venv/ready
-	$(PY) train.py configs/toy.yaml
+	$(PY) sweep.py configs/sweep_fig1_toy.yaml
+	$(PY) plot.py fig1 runs/fig1_toy --out fig1_toy.png
+
+# Toy Fig. 3: four objectives x N in {0, 2, 8, 32} (+ GRPO+TIS at 128) x 2 seeds (runs/fig3_toy).
+fig3: .venv/ready
+	$(PY) sweep.py configs/sweep_fig3_toy.yaml
+	$(PY) plot.py fig3 runs/fig3_toy --out fig3_toy.png
 
 test: .venv/ready
 	$(PY) -m pytest -q tests
