@@ -79,6 +79,8 @@ def main(argv=None) -> None:
         if sampler is None:
             sampler = train.make_sampler(cfg)
         train.train({**cfg, "resume": True}, sampler=sampler)  # an unfinished run continues
+        if train.STOP["signal"]:  # SIGINT/SIGTERM: this run checkpointed; rerun to continue
+            sys.exit(128 + train.STOP["signal"])
 
 
 if __name__ == "__main__":
