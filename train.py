@@ -327,6 +327,7 @@ def learn(cfg, model, ref_model, optimizer, batch: RolloutBatch, pad_id: int) ->
         optimizer.zero_grad(set_to_none=True)
     times["time/optim"] = time.perf_counter() - t0
 
+    t0 = time.perf_counter()
     T = max(x[0].size(1) for x in logp_all)
     cat = lambda xs: torch.cat([torch.nn.functional.pad(x, (0, T - x.size(1))) for x in xs])
     logp, behavior, mask = (cat([x[i] for x in logp_all]) for i in range(3))
@@ -336,6 +337,7 @@ def learn(cfg, model, ref_model, optimizer, batch: RolloutBatch, pad_id: int) ->
         rewards=torch.tensor(batch.rewards, dtype=torch.float32, device=device),
         group_size=cfg["group_size"], **cfg["loss_args"])
     metrics["logp_diff_max"] = float(((logp - behavior).abs() * mask).max())
+    times["time/metrics"] = time.perf_counter() - t0
     metrics.update(times)
     metrics["entropy"] = entropy_sum / n_tokens_total
     metrics["grad_norm"] = grad_norm
@@ -644,7 +646,9 @@ def train(cfg: dict, sampler=None) -> list:
 
         bar = tqdm(range(start + 1, T + 1), initial=start, total=T, desc=f"{cfg['loss']} N={N}",
                    dynamic_ncols=True)
+        log_seconds = 0.0  # writing the previous row: a row cannot time its own write
         for t in bar:
+            update_start = time.perf_counter()
             times = {}
             # sample with the current weights (version t-1) only if some update will train on it
             if next_batch < T:
@@ -690,8 +694,14 @@ def train(cfg: dict, sampler=None) -> list:
             if cfg["eval_every"] > 0 and (t % cfg["eval_every"] == 0 or t == T):
                 row.update(run_eval(cfg, sampler, t, out_dir))
             row["time/eval"] = time.perf_counter() - t0
+            row["time/log"] = log_seconds
+            # wall seconds of the whole update, the previous row's write included (steady state:
+            # the rows' time/update add up to the loop's wall time, checkpoints aside)
+            row["time/update"] = time.perf_counter() - update_start + log_seconds
+            t0 = time.perf_counter()
             log(row)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", k3=f"{row['k3']:.4f}")
+            log_seconds = time.perf_counter() - t0
             if skips_in_a_row >= cfg["max_consecutive_skips"]:
                 raise FloatingPointError(
                     f"updates {t - skips_in_a_row + 1}..{t} all had a non-finite loss or gradient "
