@@ -6,21 +6,22 @@ An update cannot be faster than (a) generating its rollouts plus (b) one forward
 of the learner over them; everything else is overhead. For each model, in one process of its
 own (one vLLM engine per process), this measures:
   (a) generate  standalone vLLM sampling of one rollout batch in the toy geometry (16 prompts
-                x 8 responses, max_tokens 16);
+                x 8 responses, max_tokens 16), through rollout.Sampler.sample;
   (b) fwd/bwd   one plain forward/backward of the learner over that batch (prompt + response,
-                right-padded, loss on the response tokens' log-probs), no loop around it;
-  (c) update    one whole update of train.train (delay 0, so that every update samples), with
-                the phases it logs: time/generate, grade, ref, learn, optim, metrics, sync,
-                log, eval, and `other` = time/update minus their sum.
-Each figure is the median of --repeats rounds (after one warm-up round); a round measures (a),
-(b) and (c) one after the other, so that a change of load on the machine hits all three. It prints (c) / ((a) + (b)) and each
-overhead phase as a percentage of (c), and writes everything as JSON (--out) for comparison
-across commits.
+                right-padded, full logits, loss on the response tokens' log-probs);
+  (c) update    one whole update of train.train (delay 0, so that every update samples), for
+                each objective in --losses (ggpo: with reference log-probs), with the phases
+                the loop logs: time/generate, grade, ref, learn, optim, metrics, sync, log,
+                eval, and `other` = time/update minus their sum.
+It prints (c) / ((a) + (b)) and each overhead phase (all but generate and learn) as a share of
+(c), and writes everything as JSON (--out) for comparison across commits. Each figure is the
+median of --repeats rounds after one warm-up round; a round measures (a), (b) and (c) one after
+the other, so that a change of load on the machine hits all of them alike.
 
 Models: `toy` (artifacts/toy_base), `big` (a random-init Qwen3 of about 25 M parameters with
 the toy tokenizer, built at artifacts/bench_big on first use), or any Hugging Face folder.
-On a GPU the same script runs unchanged: bf16, torch.cuda.synchronize() before every clock read,
-and the tokens/s figures are then the ones to look at.
+On a GPU the same script runs unchanged: bf16 (as configs say for GPUs), clock() synchronizes
+CUDA before reading the time, and the tokens/s figures say how fast engine and learner are.
 """
 import argparse
 import json
@@ -87,7 +88,7 @@ def fwd_bwd(model, rollouts, pad_id: int) -> float:
                          for r, s in zip(rollouts, seqs)], device=device)[:, 1:]
     model.zero_grad(set_to_none=True)
     t0 = clock()
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
     logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
     (-(logp * resp).sum() / resp.sum()).backward()
     return clock() - t0
