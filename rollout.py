@@ -8,6 +8,7 @@ no top-k: vLLM's `processed_logprobs`), so importance ratios against the learner
 import logging
 import os
 import random
+import sys
 from dataclasses import dataclass
 
 # The engine must live in this process so that weights can be pushed into it by reference, and
@@ -49,7 +50,13 @@ class Sampler:
                        gpu_memory_utilization=gpu_memory_utilization,
                        enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=False,
                        logprobs_mode="processed_logprobs", max_logprobs=1, enforce_eager=enforce_eager)
-        torch.set_num_threads(threads)
+        # the learner shares this process: vLLM sets 1 thread for serving on GPU (restored here);
+        # its CPU backend keeps the count but turns torch.set_num_threads into a no-op
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        if torch.get_num_threads() != threads:
+            print(f"warning: vLLM left torch {torch.get_num_threads()} threads (was {threads}); "
+                  f"the learner will be slower", file=sys.stderr)
         # every in-place reload warns that the tied lm_head and the rotary cache "failed to load"
         # (they have no checkpoint tensors of their own); _refresh_tied_lm_head handles the former
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)

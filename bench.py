@@ -1,0 +1,229 @@
+"""How close the loop runs to the engine's pace, phase by phase.
+
+    python bench.py [--models toy,big] [--repeats 5] [--losses grpo,ggpo] [--out bench.json]
+
+An update cannot be faster than (a) generating its rollouts plus (b) one forward/backward pass
+of the learner over them; everything else is overhead. For each model, in one process of its
+own (one vLLM engine per process), this measures:
+  (a) generate  standalone vLLM sampling of one rollout batch in the toy geometry (16 prompts
+                x 8 responses, max_tokens 16), through rollout.Sampler.sample;
+  (b) fwd/bwd   one plain forward/backward of the learner over that batch (prompt + response,
+                right-padded, full logits, loss on the response tokens' log-probs);
+  (c) update    one whole update of train.train (delay 0, so that every update samples), for
+                each objective in --losses (ggpo: with reference log-probs), with the phases
+                the loop logs: time/generate, grade, ref, learn, optim, metrics, sync, log,
+                eval, and `other` = time/update minus their sum.
+It prints (c) / ((a) + (b)) and each overhead phase (all but generate and learn) as a share of
+(c), and writes everything as JSON (--out) for comparison across commits. Each figure is the
+median of --repeats rounds after one warm-up round; a round measures (a), (b) and (c) one after
+the other, so that a change of load on the machine hits all of them alike.
+
+Models: `toy` (artifacts/toy_base), `big` (a random-init Qwen3 of about 25 M parameters with
+the toy tokenizer, built at artifacts/bench_big on first use), or any Hugging Face folder.
+On a GPU the same script runs unchanged: bf16 (as configs say for GPUs), clock() synchronizes
+CUDA before reading the time, and the tokens/s figures say how fast engine and learner are.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = {"toy": os.path.join(HERE, "artifacts", "toy_base"),
+          "big": os.path.join(HERE, "artifacts", "bench_big")}
+# the `big` model: tens of millions of parameters, still CPU-sized (about 25 M with vocab 98)
+BIG = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
+           num_key_value_heads=4, head_dim=64)
+PHASES = ["generate", "grade", "ref", "learn", "optim", "metrics", "sync", "log", "eval"]
+# what (a) and (b) stand for are generate and learn; every other phase of an update is overhead
+OVERHEAD = ["grade", "ref", "optim", "metrics", "sync", "log", "eval", "other"]
+
+
+def clock() -> float:
+    """perf_counter after the GPU has finished its queued work (CUDA runs asynchronously)."""
+    import torch
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def build_big_model(path: str) -> str:
+    """A random-init Qwen3 of the BIG shape with the toy tokenizer (no warm-up: speed only)."""
+    if os.path.exists(os.path.join(path, "config.json")):
+        return path
+    import torch
+    import tasks
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = tasks.build_tokenizer()
+    config = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=64,
+                         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+                         torch_dtype="float32", **BIG)
+    torch.manual_seed(0)
+    net = Qwen3ForCausalLM(config)
+    tmp = path.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    net.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def fwd_bwd(model, rollouts, pad_id: int) -> float:
+    """Seconds of one plain forward/backward over the rollouts (inputs built beforehand)."""
+    import torch
+
+    device = next(model.parameters()).device
+    seqs = [r.prompt_ids + r.response_ids for r in rollouts]
+    width = max(map(len, seqs))
+    ids = torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs], device=device)
+    attn = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=device)
+    resp = torch.tensor([[0] * len(r.prompt_ids) + [1] * len(r.response_ids) + [0] * (width - len(s))
+                         for r, s in zip(rollouts, seqs)], device=device)[:, 1:]
+    model.zero_grad(set_to_none=True)
+    t0 = clock()
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
+    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+    (-(logp * resp).sum() / resp.sum()).backward()
+    return clock() - t0
+
+
+def bench_model(name: str, path: str, repeats: int, losses: list) -> dict:
+    """(a), (b), and (c) for each objective in `losses`, for one model, in this process.
+
+    Measured in interleaved rounds, (a), (b), then (c) for each objective, so that a change of
+    load on the machine hits all of them alike; the first round is a warm-up and is dropped.
+    (c) runs train.train for two updates in a fresh out_dir and keeps the second.
+    """
+    import torch
+    import train
+
+    on_gpu = torch.cuda.is_available()
+    if name == "big":
+        build_big_model(path)
+
+    def config(round_, loss):
+        return train.load_config(os.path.join(HERE, "configs", "toy.yaml"), [
+            f"model={path}", f"out_dir={tempfile.mkdtemp(prefix='bench-')}", "delay=0",
+            "eval_every=0", f"loss={loss}", "updates=2", f"seed={round_}",
+            f"build_toy_model={str(name == 'toy').lower()}",
+            f"dtype={'bfloat16' if on_gpu else 'float32'}"])
+
+    cfg = config(0, losses[0])
+    threads_before = torch.get_num_threads()
+    t0 = time.perf_counter()
+    sampler = train.make_sampler(cfg)
+    engine_start = time.perf_counter() - t0
+    pad_id = sampler.tokenizer.pad_token_id
+    model = train.load_learner(cfg).train()
+    n_params = sum(p.numel() for p in model.parameters())
+    gen, gen_tokens, fb, fb_tokens = [], [], [], []
+    rows = {loss: [] for loss in losses}
+    for round_ in range(1 + repeats):
+        # (a) standalone generation of one rollout batch
+        prompts = [p["prompt"] for p in train.prompts_for_batch(cfg, 10_000 + round_)]
+        t0 = clock()
+        rollouts = sampler.sample(prompts, cfg["group_size"], cfg["max_tokens"],
+                                  cfg["temperature"], seed=round_)
+        gen.append(clock() - t0)
+        gen_tokens.append(sum(len(r.response_ids) for r in rollouts))
+        # (b) one plain forward/backward of the learner over it
+        fb.append(fwd_bwd(model, rollouts, pad_id))
+        fb_tokens.append(sum(len(r.prompt_ids) + len(r.response_ids) for r in rollouts))
+        # (c) whole updates of the loop
+        for loss in losses:
+            cfg = config(round_, loss)
+            rows[loss].append(train.train(cfg, sampler=sampler)[-1])
+            shutil.rmtree(cfg["out_dir"], ignore_errors=True)
+
+    med = statistics.median
+    a, b = med(gen[1:]), med(fb[1:])
+    result = {
+        "model": path, "params": n_params, "repeats": repeats,
+        "device": torch.cuda.get_device_name() if on_gpu else "cpu",
+        "dtype": cfg["dtype"], "engine_start_s": engine_start,
+        "torch_threads": {"before_engine": threads_before, "after_engine": torch.get_num_threads()},
+        "generate_s": a, "generate_tokens_per_s": med(gen_tokens[1:]) / a,
+        "fwd_bwd_s": b, "fwd_bwd_tokens_per_s": med(fb_tokens[1:]) / b,
+        "all_s": {"generate": gen[1:], "fwd_bwd": fb[1:]}, "loops": {}}
+    for loss in losses:
+        kept = rows[loss][1:]
+        phases = {k: med([r.get(f"time/{k}", 0.0) for r in kept]) for k in PHASES}
+        update = med([r["time/update"] for r in kept])
+        phases["other"] = max(0.0, update - sum(phases.values()))
+        result["loops"][loss] = {
+            "update_s": update, "ratio": update / (a + b), "phases_s": phases,
+            "overhead_pct": {k: 100 * v / update for k, v in phases.items() if k in OVERHEAD},
+            "all_update_s": [r["time/update"] for r in kept]}
+    return result
+
+
+def print_result(name: str, r: dict) -> None:
+    print(f"\n== {name}: {r['model']} ({r['params'] / 1e6:.1f} M params, {r['device']}, "
+          f"{r['dtype']}, median of {r['repeats']}; torch threads "
+          f"{r['torch_threads']['before_engine']} -> {r['torch_threads']['after_engine']} "
+          f"after engine start)")
+    print(f"(a) generate   {r['generate_s']:8.4f} s   {r['generate_tokens_per_s']:9.0f} tokens/s")
+    print(f"(b) fwd/bwd    {r['fwd_bwd_s']:8.4f} s   {r['fwd_bwd_tokens_per_s']:9.0f} tokens/s")
+    for loss, c in r["loops"].items():
+        print(f"(c) update {loss:8s} {c['update_s']:8.4f} s   ratio (c)/((a)+(b)) = {c['ratio']:.3f}"
+              f"   (range {min(c['all_update_s']):.4f} .. {max(c['all_update_s']):.4f} s)")
+        print("    " + "  ".join(f"{k} {v:.4f} s {100 * v / c['update_s']:.1f}%"
+                                 + ("*" if k in OVERHEAD else "")
+                                 for k, v in c["phases_s"].items()))
+    print("    (* overhead: not generation, not the learner's forward/backward)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="toy,big", help="toy, big or Hugging Face folders, comma-separated")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--losses", default="grpo,ggpo",
+                   help="objectives of the updates in (c), comma-separated (ggpo: with reference)")
+    p.add_argument("--out", default="bench.json")
+    p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one model, result JSON to --out
+    args = p.parse_args()
+    if args.child:
+        name, path = args.child.split("=", 1)
+        result = bench_model(name, path, args.repeats, args.losses.split(","))
+        with open(args.out, "w") as f:
+            json.dump(result, f)
+        return
+
+    load_before = os.getloadavg()
+    results = {}
+    for name in args.models.split(","):
+        path = MODELS.get(name, name)
+        with tempfile.NamedTemporaryFile(suffix=".json") as tmp, \
+                tempfile.NamedTemporaryFile(suffix=".log") as log:
+            # one process per model: one vLLM engine per process is what is safe. Its stderr
+            # (engine and progress-bar noise) is shown only if it fails.
+            done = subprocess.run([sys.executable, __file__, "--child", f"{name}={path}",
+                                   "--repeats", str(args.repeats), "--losses", args.losses,
+                                   "--out", tmp.name], stdout=log, stderr=subprocess.STDOUT)
+            if done.returncode:
+                sys.exit(f"bench of {name} failed:\n" + open(log.name).read()[-5000:])
+            with open(tmp.name) as f:
+                results[name] = json.load(f)
+        print_result(name, results[name])
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                            text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
+                                capture_output=True, text=True).stdout.strip())
+    report = {"commit": commit + ("+dirty" if dirty else ""), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+              "cpus": os.cpu_count(), "results": results}
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"\nload average before/after: {load_before[0]:.2f} / {report['loadavg_after'][0]:.2f} "
+          f"on {os.cpu_count()} CPUs; written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
