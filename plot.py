@@ -48,7 +48,8 @@ def eval_key(rows: list, stat: str) -> str:
         raise ValueError(f"no eval/*/{stat}@k metric in the run: was eval_every 0?")
     avg = [k for k in keys if k.startswith("eval/avg/")]
     math500 = [k for k in keys if k.startswith("eval/math500/")]
-    return (math500 or avg or keys)[0]
+    single = [k for k in keys if k not in avg] if len(keys) - len(avg) == 1 else []
+    return (math500 or single or avg or keys)[0]
 
 
 def series(rows: list, key: str):
