@@ -244,9 +244,9 @@ def pack(lengths: list, width: int) -> tuple:
     return place, len(free)
 
 
-def batch_inputs(rollouts: list, pad_id: int, hidden_size: int) -> dict:
+def batch_inputs(rollouts: list, pad_id: int, hidden_size: int, may_pack: bool = True) -> dict:
     """The tensors response_logp needs for these rollouts: the sequences (prompt + response),
-    one per row right-padded, or packed several to a row where that costs less.
+    one per row right-padded, or (may_pack) packed several to a row where that costs less.
 
     ids [rows, width]: the tokens. position_ids: None for one sequence per row (plain causal
     attention; a pad is never attended to by the real tokens before it); for packed rows the
@@ -269,7 +269,7 @@ def batch_inputs(rollouts: list, pad_id: int, hidden_size: int) -> dict:
     cost = lambda n_rows, width: n_rows * width * (1 + width / (7.5 * hidden_size))
     layouts = [(cost(len(lengths), longest), longest, [(i, 0) for i in range(len(lengths))],
                 len(lengths))]
-    for width in (2 * longest, 4 * longest):
+    for width in (2 * longest, 4 * longest) if may_pack else ():
         place, n_rows = pack(lengths, width)
         layouts.append((1.05 * cost(n_rows, width), width, place, n_rows))
     _, width, place, n_rows = min(layouts, key=lambda layout: layout[0])
@@ -378,7 +378,10 @@ def learn(cfg, model, ref_model, optimizer, batch: RolloutBatch, pad_id: int) ->
     for start in range(0, len(batch.rollouts), mb):
         part = batch.rollouts[start:start + mb]
         t_inputs = time.perf_counter()
-        inputs = batch_inputs(part, pad_id, model.config.hidden_size)
+        # sdpa and eager attention keep packed sequences apart (a mask built from the position
+        # ids); flash-attention does so only for a batch of one row
+        inputs = batch_inputs(part, pad_id, model.config.hidden_size,
+                              may_pack=model.config._attn_implementation in ("sdpa", "eager"))
         inputs = {k: v if v is None else v.to(device) for k, v in inputs.items()}
         t0 = _clock(device)
         ref_logp = None
