@@ -178,6 +178,25 @@ def print_result(name: str, r: dict) -> None:
                                  + ("*" if k in OVERHEAD else "")
                                  for k, v in c["phases_s"].items()))
     print("    (* overhead: not generation, not the learner's forward/backward)")
+    if "other_processes_cpus" in r:
+        print(f"    other processes kept {r['other_processes_cpus']:.2f} of {os.cpu_count()} CPUs "
+              f"busy on average meanwhile")
+
+
+def busy_cpu_seconds():
+    """CPU-seconds the whole machine has been busy so far (Linux /proc/stat), or None."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # minus idle, iowait
+
+
+def children_cpu_seconds() -> float:
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -200,6 +219,7 @@ def main() -> None:
     results = {}
     for name in args.models.split(","):
         path = MODELS.get(name, name)
+        t0, busy0, ours0 = time.time(), busy_cpu_seconds(), children_cpu_seconds()
         with tempfile.NamedTemporaryFile(suffix=".json") as tmp, \
                 tempfile.NamedTemporaryFile(suffix=".log") as log:
             # one process per model: one vLLM engine per process is what is safe. Its stderr
@@ -211,6 +231,9 @@ def main() -> None:
                 sys.exit(f"bench of {name} failed:\n" + open(log.name).read()[-5000:])
             with open(tmp.name) as f:
                 results[name] = json.load(f)
+        if busy0 is not None:  # how much of the machine other processes took meanwhile
+            others = busy_cpu_seconds() - busy0 - (children_cpu_seconds() - ours0)
+            results[name]["other_processes_cpus"] = max(0.0, others) / (time.time() - t0)
         print_result(name, results[name])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
                             text=True).stdout.strip()

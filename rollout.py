@@ -72,17 +72,21 @@ class Sampler:
         """
         from vllm import SamplingParams
 
+        # flat_logprobs: plain lists (with logprobs=0, one entry per position: the sampled
+        # token's) instead of a dict of objects per token
         params = [SamplingParams(n=m, temperature=temperature, top_p=1.0, top_k=0,
-                                 max_tokens=max_tokens, logprobs=0,
+                                 max_tokens=max_tokens, logprobs=0, flat_logprobs=True,
                                  seed=None if seed is None else seed + i * m)
                   for i in range(len(prompts))]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         rollouts = []
         for i, out in enumerate(outputs):
             for comp in sorted(out.outputs, key=lambda c: c.index):
-                logp = [lp[tok].logprob for tok, lp in zip(comp.token_ids, comp.logprobs)]
-                rollouts.append(Rollout(i, list(out.prompt_token_ids), list(comp.token_ids),
-                                        comp.text, logp, self.version,
+                token_ids = list(comp.token_ids)
+                if comp.logprobs.token_ids != token_ids:
+                    raise RuntimeError("vLLM's flat log-probs are not one per sampled token")
+                rollouts.append(Rollout(i, list(out.prompt_token_ids), token_ids, comp.text,
+                                        list(comp.logprobs.logprobs), self.version,
                                         comp.finish_reason == "stop"))
         return rollouts
 

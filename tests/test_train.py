@@ -50,26 +50,35 @@ def _learner_logp(model, rollouts):
 
 
 def test_response_logp_matches_one_sequence_at_a_time(toy_model):
-    """The batched learner log-probs (padding, output layer on response tokens only) equal a
-    plain forward pass over each sequence alone; the entropy is that of the full logits."""
+    """The batched learner log-probs, with sequences packed several to a row or one per row, and
+    the output layer on response tokens only, equal a plain forward pass over each sequence
+    alone; the entropy is that of the full logits."""
     import rollout
     model = train.load_learner({"model": toy_model, "dtype": "float32", "gradient_checkpointing": False})
-    rollouts = [rollout.Rollout(0, [5, 6, 7], [8, 9], "", [-0.5, -0.25], 0, True),
-                rollout.Rollout(0, [5, 6, 7, 10, 11, 12], [13], "", [-1.0], 0, False),
-                rollout.Rollout(1, [20, 21], [22, 23, 24, 25, 1], "", [-0.125] * 5, 0, True)]
-    logp, mask, entropy_sum = train.response_logp(model, train.batch_inputs(rollouts, 0), True)
-    assert mask.tolist() == [[1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]]
-    assert torch.allclose(logp[mask.bool()], _learner_logp(model, rollouts), atol=1e-5)
-    assert (logp[~mask.bool()] == 0).all()
-    behavior = train.padded([r.behavior_logp for r in rollouts], 5, "cpu")
-    assert behavior.tolist() == [[-0.5, -0.25, 0, 0, 0], [-1.0, 0, 0, 0, 0], [-0.125] * 5]
-    entropies = []
-    with torch.no_grad():
-        for r in rollouts:
-            lp = torch.log_softmax(model(torch.tensor([r.prompt_ids + r.response_ids])).logits[0], -1)
-            P = len(r.prompt_ids)
-            entropies.append(-(lp.exp() * lp).sum(-1)[P - 1:P - 1 + len(r.response_ids)])
-    assert float(entropy_sum) == pytest.approx(float(torch.cat(entropies).sum()), rel=1e-5)
+    long = rollout.Rollout(0, list(range(5, 16)), [13], "", [-1.0], 0, False)
+    short = [rollout.Rollout(0, [5, 6], [8], "", [-0.5], 0, True),
+             rollout.Rollout(1, [20], [22, 1], "", [-0.125] * 2, 0, True),
+             rollout.Rollout(1, [30], [31, 1], "", [-0.5] * 2, 0, True),
+             rollout.Rollout(2, [40], [41, 42], "", [-0.25] * 2, 0, False)]
+    mid = rollout.Rollout(2, [50, 51], [52, 53, 54, 1], "", [-0.75] * 4, 0, True)
+    for rollouts, shape in [([long] + short + [mid], (2, 24)),  # 12 + 6 + 3 + 3 | 3 + 3 + pads
+                            ([long, mid], (2, 12))]:             # one per row: cheaper here
+        inputs = train.batch_inputs(rollouts, 0, model.config.hidden_size)
+        assert inputs["ids"].shape == shape
+        logp, mask, entropy_sum = train.response_logp(model, inputs, True)
+        assert mask.sum(1).tolist() == [len(r.response_ids) for r in rollouts]
+        assert torch.allclose(logp[mask.bool()], _learner_logp(model, rollouts), atol=1e-5)
+        assert (logp[~mask.bool()] == 0).all()
+        entropies = []
+        with torch.no_grad():
+            for r in rollouts:
+                ids = torch.tensor([r.prompt_ids + r.response_ids])
+                lp = torch.log_softmax(model(ids).logits[0], -1)
+                P = len(r.prompt_ids)
+                entropies.append(-(lp.exp() * lp).sum(-1)[P - 1:P - 1 + len(r.response_ids)])
+        assert float(entropy_sum) == pytest.approx(float(torch.cat(entropies).sum()), rel=1e-5)
+    behavior = train.padded([r.behavior_logp for r in [long, mid]], 4, "cpu")
+    assert behavior.tolist() == [[-1.0, 0, 0, 0], [-0.75] * 4]
 
 
 def test_weight_sync_is_real(tmp_path, sampler, toy_model):
