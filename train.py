@@ -532,7 +532,7 @@ def load_checkpoint(path: str, model, optimizer, ref_model) -> dict:
 
     model.load_state_dict(load("learner.pt"))
     optimizer.load_state_dict(load("optimizer.pt"))
-    if os.path.exists(os.path.join(path, "reference.pt")):
+    if ref_model is not None and os.path.exists(os.path.join(path, "reference.pt")):
         ref_model.load_state_dict(load("reference.pt"))
     state = load("state.pt")
     state["queue"] = deque(RolloutBatch(b["index"], [rollout.Rollout(**r) for r in b["rollouts"]],
@@ -688,6 +688,7 @@ def train(cfg: dict, sampler=None) -> list:
     """
     import torch
     from tqdm import tqdm
+    import losses
 
     ckpt = preflight(cfg)  # refuses bad paths and a clashing out_dir before any long work
     torch.manual_seed(cfg["seed"])
@@ -696,7 +697,9 @@ def train(cfg: dict, sampler=None) -> list:
     _write_atomic(os.path.join(out_dir, "config.yaml"), yaml.safe_dump(cfg, sort_keys=False))
     prepare_model(cfg)
     model = load_learner(cfg)
-    ref_model = load_learner(cfg).eval().requires_grad_(False)
+    # GRPO and GRPO+TIS never read the reference: no second copy of the model for them
+    ref_model = (load_learner(cfg).eval().requires_grad_(False)
+                 if losses.needs_ref(cfg["loss"]) else None)
     device = next(model.parameters()).device
     model.train()
     # fused: one kernel for all parameters, 2-3x faster than the default per-tensor loop on CPU
@@ -803,7 +806,8 @@ def train(cfg: dict, sampler=None) -> list:
             else:
                 sampler.sync(model, version=t)
             times["time/sync"] = _clock(device) - t0
-            if cfg["ref_refresh_every"] > 0 and t % cfg["ref_refresh_every"] == 0:
+            if ref_model is not None and cfg["ref_refresh_every"] > 0 \
+                    and t % cfg["ref_refresh_every"] == 0:
                 ref_model.load_state_dict(model.state_dict())
 
             versions = [r.policy_version for r in batch.rollouts]
