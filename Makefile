@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo fig3 test setup clean
+.PHONY: demo fig3 fig4 fig8 fig10 figs test setup clean
 
 setup: .venv/ready
 
@@ -26,10 +26,34 @@ demo: .venv/ready
 	$(PY) sweep.py configs/sweep_fig1_toy.yaml
 	$(PY) plot.py fig1 runs/fig1_toy --out fig1_toy.png
 
-# Toy Fig. 3: four objectives x N in {0, 2, 8, 32} (+ GRPO+TIS at 128) x 2 seeds (runs/fig3_toy).
+# Toy Fig. 3: four objectives x N in {0, 2, 8, 32} (+ GRPO+TIS at 128) x 2 seeds (runs/fig3_toy);
+# Figs. 2 (sampling budget), 5 (difficulty split at N = 8) and 7 (diagnostics against N) from the
+# same runs.
 fig3: .venv/ready
 	$(PY) sweep.py configs/sweep_fig3_toy.yaml
 	$(PY) plot.py fig3 runs/fig3_toy --out fig3_toy.png
+	$(PY) plot.py fig2 runs/fig3_toy --out fig2_toy.png
+	$(PY) plot.py fig5 runs/fig3_toy --out fig5_toy.png --delay 8
+	$(PY) plot.py fig7 runs/fig3_toy --out fig7_toy.png
+
+# Toy Fig. 4: offline training, four objectives x 3 seeds on one shared pool (runs/fig4_toy).
+fig4: .venv/ready
+	$(PY) sweep.py configs/sweep_fig4_offline_toy.yaml
+	$(PY) plot.py fig4 runs/fig4_toy --out fig4_toy.png
+
+# Toy Figs. 8 and 9: GGPO, beta x reference refresh (runs/fig8_toy).
+fig8: .venv/ready
+	$(PY) sweep.py configs/sweep_fig8_toy.yaml
+	$(PY) plot.py fig8 runs/fig8_toy --out fig8_toy.png
+	$(PY) plot.py fig9 runs/fig8_toy --out fig9_toy.png
+
+# Toy Fig. 10: GGPO's original update vs the detached one with token clipping (runs/fig10_toy).
+fig10: .venv/ready
+	$(PY) sweep.py configs/sweep_fig10_toy.yaml
+	$(PY) plot.py fig10 runs/fig10_toy --out fig10_toy.png
+
+# Every toy figure (finished runs are skipped).
+figs: demo fig3 fig4 fig8 fig10
 
 test: .venv/ready
 	$(PY) -m pytest -q tests

@@ -1,60 +1,79 @@
-"""Figures from run folders: Fig. 1 (dynamics at one N) and Fig. 3 (final accuracy against N).
+"""Figures of the study from run folders, as PNG, each with a Markdown table of its numbers (.md).
 
-    python plot.py fig1 runs/fig1_toy --out fig1_toy.png
-    python plot.py fig3 runs/fig3_toy --out fig3_toy.png      # also writes fig3_toy.md (table)
+    python plot.py fig1  runs/fig1_toy  --out fig1_toy.png    # dynamics at one N
+    python plot.py fig3  runs/fig3_toy  --out fig3_toy.png    # final accuracy against N
+    python plot.py fig2  runs/fig3_toy  --out fig2_toy.png    # sampling budget
+    python plot.py fig5  runs/fig3_toy  --out fig5_toy.png    # difficulty split (at --delay 8)
+    python plot.py fig7  runs/fig3_toy  --out fig7_toy.png    # diagnostics against N
+    python plot.py fig4  runs/fig4_toy  --out fig4_toy.png    # offline training on a fixed pool
+    python plot.py fig8  runs/fig8_toy  --out fig8_toy.png    # GGPO: beta x reference refresh
+    python plot.py fig9  runs/fig8_toy  --out fig9_toy.png    # ESS of GGPO's weights on successes
+    python plot.py fig10 runs/fig10_toy --out fig10_toy.png   # GGPO: original vs detached update
 
-A run folder is <loss>_N<delay>_s<seed> holding metrics.jsonl (sweep.py lays them out so).
-Fig. 1 averages seeds; per-update metrics are smoothed with a moving average. Fig. 3 takes each
-run's last evaluation, averages over benchmarks weighted by problem count when several are
-evaluated (key eval/avg/...), and shows the mean over seeds with the min-max spread.
+A run folder holds config.yaml and metrics.jsonl (train.py writes them; sweep.py lays folders out
+as <loss>_N<delay>_s<seed>[_<key>-<value>...]). Runs that differ only in seed are averaged;
+per-update metrics are smoothed with a moving average of --window updates. Accuracy is the
+problem-weighted average over benchmarks (eval/avg/...) when several are evaluated, else the
+one benchmark's (MATH-500 first).
 """
 import argparse
 import glob
 import json
 import os
-import re
 from collections import defaultdict
 
 import matplotlib
+import yaml
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 LOSS_STYLE = {"grpo": ("GRPO", "tab:orange", "-"), "grpo_tis": ("GRPO+TIS", "tab:purple", "--"),
               "agro": ("AGRO", "tab:green", "-"), "ggpo": ("GGPO", "tab:blue", "-")}
-RUN_NAME = re.compile(r"(?P<loss>[a-z_]+)_N(?P<delay>\d+)_s(?P<seed>\d+)$")
+# Fig. 7: training-time metrics, averaged over the last 10% of each run's updates
+DIAGNOSTICS = [("k3", 1e3, "K3 (x1e-3)"), ("entropy", 1, "entropy"), ("clip_frac", 1, "clip fraction"),
+               ("tis_weight_mean", 1, "TIS weight mean"), ("ggpo_ess_success", 1, "GGPO ESS (successes)"),
+               ("grad_norm", 1, "grad norm"), ("reward_mean", 1, "training reward"),
+               ("response_len_mean", 1, "response length")]
 
+
+# ----------------------------------------------------------------------------- run folders
 
 def load_runs(root: str) -> list:
-    """[{loss, delay, seed, rows}] for every run folder under root."""
+    """[{name, cfg, loss, delay, seed, rows}] for every run folder under root."""
     runs = []
     for path in sorted(glob.glob(os.path.join(root, "*", "metrics.jsonl"))):
-        match = RUN_NAME.match(os.path.basename(os.path.dirname(path)))
-        if not match:
-            continue
+        folder = os.path.dirname(path)
+        with open(os.path.join(folder, "config.yaml")) as f:
+            cfg = yaml.safe_load(f)
         with open(path) as f:
             rows = [json.loads(line) for line in f]
-        runs.append({"loss": match["loss"], "delay": int(match["delay"]),
-                     "seed": int(match["seed"]), "rows": rows})
+        runs.append({"name": os.path.basename(folder), "cfg": cfg, "loss": cfg["loss"],
+                     "delay": cfg["delay"], "seed": cfg["seed"], "rows": rows})
     if not runs:
-        raise FileNotFoundError(f"no run folders <loss>_N<delay>_s<seed>/metrics.jsonl in {root}")
+        raise FileNotFoundError(f"no run folders (config.yaml + metrics.jsonl) in {root}")
     return runs
 
 
-def eval_key(rows: list, stat: str) -> str:
-    """The evaluation key to plot: the problem-weighted average if logged, else the benchmark."""
-    keys = sorted({k for r in rows for k in r if k.startswith("eval/") and f"/{stat}@" in k})
+def eval_key(rows: list, stat: str, average: bool = False) -> str:
+    """The metric eval/<benchmark>/<stat>... to plot (stat: 'mean@', 'best@', 'partial_mean@',
+    'unsolved_solved_frac'). average: the problem-weighted average over benchmarks (Figs. 2, 3)
+    when several were evaluated; otherwise MATH-500 (Figs. 1, 4, 5), else the only benchmark."""
+    keys = sorted({k for r in rows for k in r
+                   if k.startswith("eval/") and k.split("/")[-1].startswith(stat)})
     if not keys:
-        raise ValueError(f"no eval/*/{stat}@k metric in the run: was eval_every 0?")
+        raise ValueError(f"no eval/*/{stat} metric in the run: was eval_every 0?")
     avg = [k for k in keys if k.startswith("eval/avg/")]
-    math500 = [k for k in keys if k.startswith("eval/math500/")]
-    single = [k for k in keys if k not in avg] if len(keys) - len(avg) == 1 else []
-    return (math500 or single or avg or keys)[0]
+    benchmarks = [k for k in keys if k not in avg]
+    math500 = [k for k in benchmarks if k.startswith("eval/math500/")]
+    if len(benchmarks) == 1:
+        return benchmarks[0]
+    return ((avg if average else []) + math500 + avg + keys)[0]
 
 
-def series(rows: list, key: str):
-    xs = [r["update"] for r in rows if r.get(key) is not None]
-    return xs, [r[key] for r in rows if r.get(key) is not None]
+def series(rows: list, key: str, x: str = "update"):
+    kept = [r for r in rows if r.get(key) is not None]
+    return [r[x] for r in kept], [r[key] for r in kept]
 
 
 def smooth(ys: list, window: int) -> list:
@@ -65,53 +84,112 @@ def smooth(ys: list, window: int) -> list:
     return out
 
 
-def mean_over_seeds(runs: list, key: str):
-    """Element-wise mean of one key over runs (truncated to the shortest)."""
-    all_xs, all_ys = zip(*(series(r["rows"], key) for r in runs))
+def over_seeds(runs: list, key: str, x: str = "update"):
+    """xs, and per x the values of every seed (truncated to the shortest run)."""
+    all_xs, all_ys = zip(*(series(r["rows"], key, x) for r in runs))
     n = min(map(len, all_ys))
-    return all_xs[0][:n], [sum(ys[i] for ys in all_ys) / len(all_ys) for i in range(n)]
+    return list(all_xs[0][:n]), [[ys[i] for ys in all_ys] for i in range(n)]
 
 
-def fig1(root: str, out: str, window: int = 20) -> None:
-    runs = load_runs(root)
-    mean_key, best_key = eval_key(runs[0]["rows"], "mean"), eval_key(runs[0]["rows"], "best")
-    panels = [("k3", 1e3, "token-mean K3 (x1e-3)", True), ("entropy", 1, "policy entropy", True),
-              (best_key, 100, best_key.replace("eval/", "") + " (%)", False),
-              (mean_key, 100, mean_key.replace("eval/", "") + " (%)", False)]
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    for loss, (label, color, style) in LOSS_STYLE.items():
-        group = [r for r in runs if r["loss"] == loss]
-        if not group:
-            continue
-        for ax, (key, scale, title, smoothed) in zip(axes, panels):
-            xs, ys = mean_over_seeds(group, key)
-            ys = smooth(ys, window) if smoothed else ys
-            ax.plot(xs, [y * scale for y in ys], style, color=color, label=label)
-            ax.set_title(title, fontsize=10)
-            ax.set_xlabel("optimizer updates")
-    delays = sorted({r["delay"] for r in runs})
+def mean(values: list) -> float:
+    return sum(values) / len(values)
+
+
+def by(runs: list, label) -> dict:
+    """{label(run): [runs]} in order of first appearance: runs that differ only in seed."""
+    groups = defaultdict(list)
+    for r in runs:
+        groups[label(r)].append(r)
+    return dict(groups)
+
+
+def by_loss(runs: list) -> dict:
+    return {loss: [r for r in runs if r["loss"] == loss] for loss in LOSS_STYLE
+            if any(r["loss"] == loss for r in runs)}
+
+
+def curve(ax, runs, key, scale=1.0, window=0, band=False, x="update", **style):
+    """Mean over seeds of one metric against x (smoothed if window), the min-max band if asked."""
+    xs, per_x = over_seeds(runs, key, x)
+    lo, mid, hi = ([scale * f(v) for v in per_x] for f in (min, mean, max))
+    if window:
+        lo, mid, hi = (smooth(ys, window) for ys in (lo, mid, hi))
+    if band and len(runs) > 1:
+        ax.fill_between(xs, lo, hi, color=style.get("color"), alpha=0.15)
+    ax.plot(xs, mid, **style)
+    return xs, per_x
+
+
+def last_fraction(rows: list, key: str, fraction: float = 0.1):
+    """Mean of a per-update metric over the last `fraction` of the run's updates (None: absent)."""
+    last = max(r["update"] for r in rows)
+    values = [r[key] for r in rows if r["update"] > (1 - fraction) * last and r.get(key) is not None]
+    return mean(values) if values else None
+
+
+def finish(fig, axes, out: str, title: str, table: list = ()) -> None:
+    """Legend, title, PNG; and the table (Markdown lines) to <out>.md and stdout."""
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"Training dynamics at N = {', '.join(map(str, delays))} "
-                 f"({len({r['seed'] for r in runs})} seeds)", fontsize=11)
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(out, dpi=90)
+    if table:
+        md = os.path.splitext(out)[0] + ".md"
+        with open(md, "w") as f:
+            f.write(title + "\n\n" + "\n".join(table) + "\n")
+        print("\n".join(table))
     print(f"wrote {out}")
+
+
+def seeds_note(runs: list) -> str:
+    n = len({r["seed"] for r in runs})
+    return f"{n} seed{'s' if n > 1 else ''}"
+
+
+def fmt(values: list, scale: float = 100) -> str:
+    """'mean (min-max)' over seeds, or the one value: percentages to 0.1, others to 3 digits."""
+    spec = ".1f" if scale == 100 else ".3g"
+    if len(values) == 1:
+        return f"{scale * values[0]:{spec}}"
+    return f"{scale * mean(values):{spec}} ({scale * min(values):{spec}}-{scale * max(values):{spec}})"
+
+
+# ----------------------------------------------------------------------------- figures
+
+def fig1(root: str, out: str, window: int = 20, **_) -> None:
+    """Dynamics at one N: K3, entropy, best@k, mean@k against updates, one line per objective."""
+    runs = load_runs(root)
+    mean_key, best_key = eval_key(runs[0]["rows"], "mean@"), eval_key(runs[0]["rows"], "best@")
+    panels = [("k3", 1e3, "token-mean K3 (x1e-3)", window), ("entropy", 1, "policy entropy", window),
+              (best_key, 100, best_key[5:] + " (%)", 0), (mean_key, 100, mean_key[5:] + " (%)", 0)]
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    table = ["| objective | K3 x1e-3 (last 10%) | entropy (last 10%) | final best | final mean |",
+             "| --- | --- | --- | --- | --- |"]
+    for loss, group in by_loss(runs).items():
+        label, color, style = LOSS_STYLE[loss]
+        for ax, (key, scale, title, w) in zip(axes, panels):
+            curve(ax, group, key, scale, w, color=color, linestyle=style, label=label)
+            ax.set_title(title, fontsize=10)
+            ax.set_xlabel("optimizer updates")
+        finals = [over_seeds(group, k)[1][-1] for k in (best_key, mean_key)]
+        table.append(f"| {label} | {fmt([last_fraction(r['rows'], 'k3') for r in group], 1e3)} | "
+                     f"{fmt([last_fraction(r['rows'], 'entropy') for r in group], 1)} | "
+                     f"{fmt(finals[0])} | {fmt(finals[1])} |")
+    delays = ", ".join(map(str, sorted({r["delay"] for r in runs})))
+    finish(fig, axes, out, f"Training dynamics at N = {delays} ({seeds_note(runs)})", table)
 
 
 def final_accuracy(runs: list) -> dict:
     """{(loss, delay): [final mean@k of each seed]}."""
     table = defaultdict(list)
     for r in runs:
-        key = eval_key(r["rows"], "mean")
-        if key.startswith("eval/math500/"):  # Fig. 3 is the five-benchmark average when present
-            key = next((k for k in {k for row in r["rows"] for k in row}
-                        if k.startswith("eval/avg/mean@")), key)
-        values = series(r["rows"], key)[1]
-        table[(r["loss"], r["delay"])].append(values[-1])
+        key = eval_key(r["rows"], "mean@", average=True)
+        table[(r["loss"], r["delay"])].append(series(r["rows"], key)[1][-1])
     return table
 
 
-def fig3(root: str, out: str) -> None:
+def fig3(root: str, out: str, **_) -> None:
+    """Final mean@k against N on equally spaced positions, mean over seeds with min-max band."""
     runs = load_runs(root)
     table = final_accuracy(runs)
     delays = sorted({d for _, d in table})
@@ -123,35 +201,205 @@ def fig3(root: str, out: str) -> None:
         if not points:
             continue
         xs = [x for x, _ in points]
-        mean = [100 * sum(v) / len(v) for _, v in points]
         ax.fill_between(xs, [100 * min(v) for _, v in points], [100 * max(v) for _, v in points],
                         color=color, alpha=0.15)
-        ax.plot(xs, mean, style, marker="o", color=color, label=label)
-        cells = {delays[x]: f"{m:.1f} ({100 * min(v):.1f}-{100 * max(v):.1f})"
-                 for x, m, (_, v) in zip(xs, mean, points)}
+        ax.plot(xs, [100 * mean(v) for _, v in points], style, marker="o", color=color, label=label)
+        cells = {delays[x]: fmt(v) for x, (_, v) in zip(xs, points)}
         lines.append(f"| {label} | " + " | ".join(cells.get(d, "") for d in delays) + " |")
     ax.set_xticks(range(len(delays)), [str(d) for d in delays])
     ax.set_xlabel("synchronization delay N")
     ax.set_ylabel("final mean accuracy (%)")
-    ax.legend(fontsize=8)
-    ax.set_title(f"Final accuracy against N ({len({r['seed'] for r in runs})} seeds, min-max)",
-                 fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    md = os.path.splitext(out)[0] + ".md"
-    with open(md, "w") as f:
-        f.write("Final mean accuracy (%), mean over seeds (min-max)\n\n" + "\n".join(lines) + "\n")
-    print("\n".join(lines))
-    print(f"wrote {out} and {md}")
+    finish(fig, [ax], out, f"Final mean accuracy (%) against N ({seeds_note(runs)}, min-max)", lines)
+
+
+def fig2(root: str, out: str, **_) -> None:
+    """Sampling budget: generated responses against updates (one line per N: it does not depend on
+    the objective), and mean@k against generated responses, one panel per objective."""
+    runs = load_runs(root)
+    delays = sorted({r["delay"] for r in runs})
+    colors = {d: plt.cm.viridis(i / max(1, len(delays) - 1)) for i, d in enumerate(delays)}
+    losses = by_loss(runs)
+    fig, axes = plt.subplots(1, 1 + len(losses), figsize=(4 * (1 + len(losses)), 3.6))
+    table = ["| N | responses before update 1 | responses at the end |", "| --- | --- | --- |"]
+    for r in runs:  # runs logged before the update-0 row carried the count: none generated yet
+        r["rows"] = [{"responses_total": 0, **row} for row in r["rows"]]
+    for d in delays:
+        rows = next(r for r in runs if r["delay"] == d)["rows"]
+        xs, ys = series(rows, "responses_total")
+        axes[0].plot(xs, [y / 1e6 for y in ys], color=colors[d], label=f"N={d}")
+        at = dict(zip(xs, ys))  # update 1 trained on the first of N + 1 batches sampled so far
+        warmup = at[1] - (at[2] - at[1]) if 2 in at else at[1]
+        table.append(f"| {d} | {warmup:,} | {ys[-1]:,} |")
+    axes[0].set(title="generated responses (M)", xlabel="optimizer updates")
+    for ax, (loss, group) in zip(axes[1:], losses.items()):
+        key = eval_key(group[0]["rows"], "mean@", average=True)
+        for d in delays:
+            same_n = [r for r in group if r["delay"] == d]
+            if same_n:
+                xs, per_x = over_seeds(same_n, key, x="responses_total")
+                ax.plot([x / 1e6 for x in xs], [100 * mean(v) for v in per_x], marker=".",
+                        color=colors[d], label=f"N={d}")
+        ax.set(title=f"{LOSS_STYLE[loss][0]}: {key[5:]} (%)", xlabel="generated responses (M)")
+    finish(fig, axes, out, f"Sampling budget ({seeds_note(runs)}): every response the sampler "
+                           f"generated, warm-up batches included", table)
+
+
+def fig5(root: str, out: str, delay: int = 8, **_) -> None:
+    """Difficulty split at one N: mean@k on the problems the base model solves part of the time
+    (0 < p0 <= 0.75), and the fraction of the initially unsolved problems now solved."""
+    runs = [r for r in load_runs(root) if r["delay"] == delay]
+    if not runs:
+        raise ValueError(f"no run with delay {delay} in {root}")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    keys = [eval_key(runs[0]["rows"], "partial_mean@"), eval_key(runs[0]["rows"], "unsolved_solved_frac")]
+    rows0 = next(r for r in runs[0]["rows"] if keys[0] in r and r["update"] > 0)
+    bench = keys[0].split("/")[1]
+    sizes = (rows0[f"eval/{bench}/partial_count"], rows0[f"eval/{bench}/unsolved_count"])
+    table = ["| objective | final partial mean (%) | final unsolved solved (%) |", "| --- | --- | --- |"]
+    for loss, group in by_loss(runs).items():
+        label, color, style = LOSS_STYLE[loss]
+        finals = []
+        for ax, key in zip(axes, keys):
+            xs, per_x = curve(ax, group, key, 100, band=True, color=color, linestyle=style,
+                              marker=".", label=label)
+            finals.append(fmt(per_x[-1]))
+        table.append(f"| {label} | " + " | ".join(finals) + " |")
+    axes[0].set(title=f"{keys[0][5:]} on {sizes[0]} partial problems (%)", xlabel="optimizer updates")
+    axes[1].set(title=f"unsolved solved, of {sizes[1]} (%)", xlabel="optimizer updates")
+    finish(fig, axes, out, f"Difficulty split at N = {delay} ({seeds_note(runs)}, min-max)", table)
+
+
+def fig7(root: str, out: str, **_) -> None:
+    """Every training-time diagnostic, averaged over the last 10% of updates, against N."""
+    runs = load_runs(root)
+    delays = sorted({r["delay"] for r in runs})
+    fig, axes = plt.subplots(2, 4, figsize=(16, 6.5))
+    table = ["| objective | N | " + " | ".join(t for _, _, t in DIAGNOSTICS) + " |",
+             "| --- | --- |" + " --- |" * len(DIAGNOSTICS)]
+    for loss, group in by_loss(runs).items():
+        label, color, style = LOSS_STYLE[loss]
+        cells = defaultdict(dict)
+        for ax, (key, scale, title) in zip(axes.flat, DIAGNOSTICS):
+            points = []
+            for d in delays:
+                values = [last_fraction(r["rows"], key) for r in group if r["delay"] == d]
+                if values and None not in values:
+                    points.append((delays.index(d), mean(values) * scale))
+                    cells[d][key] = f"{mean(values) * scale:.3g}"
+            if points:
+                ax.plot(*zip(*points), linestyle=style, marker="o", color=color, label=label)
+            ax.set_title(title, fontsize=10)
+            ax.set_xticks(range(len(delays)), [str(d) for d in delays])
+        table += [f"| {label} | {d} | " + " | ".join(cells[d].get(k, "") for k, _, _ in DIAGNOSTICS)
+                  + " |" for d in delays if cells[d]]
+    for ax in axes[1]:
+        ax.set_xlabel("synchronization delay N")
+    finish(fig, axes.flat, out, f"Diagnostics over the last 10% of updates against N "
+                                f"({seeds_note(runs)}, mean)", table)
+
+
+def fig4(root: str, out: str, **_) -> None:
+    """Offline training on one fixed pool: mean@k against updates, mean over seeds, min-max."""
+    runs = load_runs(root)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    key = eval_key(runs[0]["rows"], "mean@")
+    xs0 = series(runs[0]["rows"], key)[0]
+    table = ["| objective | " + " | ".join(f"update {x}" for x in xs0) + " |",
+             "| --- |" + " --- |" * len(xs0)]
+    for loss, group in by_loss(runs).items():
+        label, color, style = LOSS_STYLE[loss]
+        _, per_x = curve(axes[0], group, key, 100, band=True, color=color, linestyle=style,
+                         marker=".", label=label)
+        curve(axes[1], group, "k3", 1e3, window=20, color=color, linestyle=style, label=label)
+        table.append(f"| {label} | " + " | ".join(fmt(v) for v in per_x) + " |")
+    axes[0].set(title=f"{key[5:]} (%)", xlabel="optimizer updates")
+    axes[1].set(title="K3 to the pool's policy (x1e-3)", xlabel="optimizer updates")
+    pool = runs[0]["cfg"]["offline_pool"]
+    finish(fig, axes, out, f"Offline: one pool of {pool['batches']} batches from the base model "
+                           f"({seeds_note(runs)}, min-max)", table)
+
+
+def ggpo_label(run: dict) -> str:
+    refresh = run["cfg"]["ref_refresh_every"]
+    return (f"β={run['cfg']['loss_args']['beta']}, "
+            + (f"T_ref={refresh}" if refresh else "fixed reference"))
+
+
+def _ggpo_grid(root: str, out: str, panels: list, title: str, window: int) -> None:
+    """Figs. 8 and 9: one line per (beta, T_ref), colour by T_ref, line style by beta."""
+    runs = [r for r in load_runs(root) if r["loss"] == "ggpo"]
+    refreshes = sorted({r["cfg"]["ref_refresh_every"] for r in runs})
+    betas = sorted({r["cfg"]["loss_args"]["beta"] for r in runs})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8))
+    axes = list(axes) if len(panels) > 1 else [axes]
+    table = ["| setting | " + " | ".join(t for _, _, t, _ in panels) + " |",
+             "| --- |" + " --- |" * len(panels)]
+    for label, group in sorted(by(runs, ggpo_label).items()):
+        cfg = group[0]["cfg"]
+        style = dict(color=plt.cm.tab10(refreshes.index(cfg["ref_refresh_every"])),
+                     linestyle=["-", "--", ":"][betas.index(cfg["loss_args"]["beta"]) % 3], label=label)
+        cells = []
+        for ax, (key, scale, panel_title, smoothed) in zip(axes, panels):
+            key = eval_key(group[0]["rows"], key) if key.endswith("@") else key
+            _, per_x = curve(ax, group, key, scale, window if smoothed else 0, **style)
+            ax.set(title=panel_title, xlabel="optimizer updates")
+            cells.append(fmt([last_fraction(r["rows"], key) for r in group], scale) if smoothed
+                         else fmt(per_x[-1], scale))
+        table.append(f"| {label} | " + " | ".join(cells) + " |")
+    delays = ", ".join(map(str, sorted({r["delay"] for r in runs})))
+    finish(fig, axes, out, f"{title} at N = {delays} ({seeds_note(runs)})", table)
+
+
+def fig8(root: str, out: str, window: int = 20, **_) -> None:
+    """GGPO with beta x reference refresh: accuracy, training reward, K3."""
+    _ggpo_grid(root, out, [("mean@", 100, "final mean@k (%)", False),
+                           ("reward_mean", 1, "training reward (last 10%)", True),
+                           ("k3", 1e3, "K3 x1e-3 (last 10%)", True)],
+               "GGPO: beta and reference refresh", window)
+
+
+def fig9(root: str, out: str, window: int = 20, **_) -> None:
+    """Normalized ESS of GGPO's weights restricted to the successes of each group."""
+    _ggpo_grid(root, out, [("ggpo_ess_success", 1, "normalized ESS on successes (last 10%)", True)],
+               "GGPO weight concentration on successful responses", window)
+
+
+def fig10(root: str, out: str, window: int = 20, **_) -> None:
+    """GGPO's original update (gradient through the group softmax) vs the detached coefficient
+    with token clipping: training reward, accuracy, and the fraction of tokens clipped."""
+    runs = [r for r in load_runs(root) if r["loss"] == "ggpo"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    key = eval_key(runs[0]["rows"], "mean@")
+    table = ["| GGPO update | training reward (all updates) | training reward (last 10%) | "
+             "final mean@k (%) | tokens clipped (%) |", "| --- | --- | --- | --- | --- |"]
+    for i, (variant, group) in enumerate(by(runs, lambda r: r["cfg"]["loss_args"]["ggpo_variant"]).items()):
+        style = dict(color=["tab:red", "tab:blue"][i % 2], label=variant)
+        curve(axes[0], group, "reward_mean", 1, window, band=True, **style)
+        _, per_x = curve(axes[1], group, key, 100, band=True, marker=".", **style)
+        curve(axes[2], group, "clip_frac", 100, window, **style)
+        table.append(f"| {variant} | {fmt([mean(series(r['rows'], 'reward_mean')[1]) for r in group], 1)} | "
+                     f"{fmt([last_fraction(r['rows'], 'reward_mean') for r in group], 1)} | "
+                     f"{fmt(per_x[-1])} | {fmt([last_fraction(r['rows'], 'clip_frac') for r in group])} |")
+    for ax, title in zip(axes, ["training reward", f"{key[5:]} (%)", "tokens clipped (%)"]):
+        ax.set(title=title, xlabel="optimizer updates")
+    delays = ", ".join(map(str, sorted({r["delay"] for r in runs})))
+    finish(fig, axes, out, f"GGPO update: original vs detached with token clipping, N = {delays} "
+                           f"({seeds_note(runs)}, min-max)", table)
+
+
+FIGURES = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7,
+           "fig8": fig8, "fig9": fig9, "fig10": fig10}
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("figure", choices=["fig1", "fig3"])
+    parser.add_argument("figure", choices=list(FIGURES))
     parser.add_argument("root", help="folder of run folders")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=True, help="PNG path; the table goes next to it as .md")
+    parser.add_argument("--delay", type=int, default=8, help="fig5: the N to show")
+    parser.add_argument("--window", type=int, default=20, help="moving average of per-update metrics")
     args = parser.parse_args(argv)
-    {"fig1": fig1, "fig3": fig3}[args.figure](args.root, args.out)
+    FIGURES[args.figure](args.root, args.out, delay=args.delay, window=args.window)
 
 
 if __name__ == "__main__":

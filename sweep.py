@@ -9,12 +9,14 @@ A sweep file names a base config, a grid and an output root:
     out_root: runs/fig3_toy
     grid: {loss: [grpo, agro], delay: [0, 8], seed: [0, 1]}
     overrides: {updates: 300}              # applied to every run
+    # grid may add any other config key, dotted for nested ones, e.g. loss_args.beta: [0.01, 0.1]
     per_loss: {grpo_tis: {lr: 1.0e-4}}     # applied to runs of one objective (optional)
     only: {grpo_tis: {delay: [128]}}       # extra grid values for one objective (optional)
 
-Each run goes to <out_root>/<loss>_N<delay>_s<seed>. A run whose metrics.jsonl already reaches
-`updates` is skipped, an unfinished one resumes from its last checkpoint. Runs here share one
-vLLM engine (the base model is the same for all).
+Each run goes to <out_root>/<loss>_N<delay>_s<seed>, followed by _<name>-<value> for every other
+grid key (name: the last part of a dotted key), e.g. ggpo_N8_s0_beta-0.1_ref_refresh_every-25.
+A run whose metrics.jsonl already reaches `updates` is skipped, an unfinished one resumes from
+its last checkpoint. Runs here share one vLLM engine (the base model is the same for all).
 """
 import argparse
 import itertools
@@ -31,15 +33,20 @@ import train
 def expand(sweep: dict) -> list:
     """[(out_dir, overrides list)] for every run of the grid, in a fixed order."""
     grid = sweep["grid"]
-    unknown = set(grid) - {"loss", "delay", "seed"}
-    if unknown:
-        raise ValueError(f"sweep grid keys must be loss, delay, seed; got {sorted(unknown)}")
+    missing = {"loss", "delay", "seed"} - set(grid)
+    if missing:
+        raise ValueError(f"sweep grid must list loss, delay and seed; {sorted(missing)} missing")
+    others = [k for k in grid if k not in ("loss", "delay", "seed")]
     runs = []
     for loss in grid["loss"]:
         delays = list(grid["delay"]) + list(sweep.get("only", {}).get(loss, {}).get("delay", []))
-        for delay, seed in itertools.product(delays, grid["seed"]):
-            out_dir = os.path.join(sweep["out_root"], f"{loss}_N{delay}_s{seed}")
-            extra = {**sweep.get("overrides", {}), **sweep.get("per_loss", {}).get(loss, {})}
+        for delay, seed, *values in itertools.product(delays, grid["seed"],
+                                                      *(grid[k] for k in others)):
+            name = f"{loss}_N{delay}_s{seed}" + "".join(
+                f"_{k.split('.')[-1]}-{v}" for k, v in zip(others, values))
+            out_dir = os.path.join(sweep["out_root"], name)
+            extra = {**sweep.get("overrides", {}), **sweep.get("per_loss", {}).get(loss, {}),
+                     **dict(zip(others, values))}
             overrides = [f"loss={loss}", f"delay={delay}", f"seed={seed}", f"out_dir={out_dir}"]
             overrides += [f"{k}={json.dumps(v)}" for k, v in extra.items()]
             runs.append((out_dir, overrides))

@@ -140,6 +140,12 @@ def _validate(cfg: dict) -> None:
         (cfg["ckpt_every"] >= 0, "ckpt_every must be >= 0 (0: checkpoint only at the end)"),
         (cfg["max_consecutive_skips"] >= 1, "max_consecutive_skips must be >= 1"),
         (bool(cfg["out_dir"]), "out_dir must be a folder name"),
+        (cfg["offline_pool"]["path"] is None or isinstance(cfg["offline_pool"]["path"], str),
+         "offline_pool.path must be a file name or null"),
+        (cfg["offline_pool"]["batches"] >= 1, "offline_pool.batches must be >= 1"),
+        (cfg["offline_pool"]["path"] is None or cfg["delay"] == 0,
+         "offline_pool.path is set: delay must be 0 (pool batches are never queued; their "
+         "staleness grows with every update by itself)"),
     ]
     for ok, message in checks:
         if not ok:
@@ -188,6 +194,8 @@ def preflight(cfg: dict):
             f"(e.g. `huggingface-cli download Qwen/Qwen3-1.7B-Base --local-dir DIR`), or for the "
             f"toy set build_toy_model=true to build it there")
     check_benchmarks(cfg)
+    if cfg["offline_pool"]["path"] and os.path.exists(cfg["offline_pool"]["path"]):
+        check_pool_recipe(cfg, cfg["offline_pool"]["path"])
     out_dir = cfg["out_dir"]
     saved = os.path.join(out_dir, "config.yaml")
     if os.path.exists(saved):
@@ -248,6 +256,80 @@ def prompts_for_batch(cfg: dict, index: int) -> list:
     problems = train_problems(cfg)
     stream = (divmod(j, len(problems)) for j in range(index * P, (index + 1) * P))
     return [problems[_epoch_order(cfg["seed"], epoch, len(problems))[pos]] for epoch, pos in stream]
+
+
+def pool_recipe(cfg: dict) -> dict:
+    """What an offline pool's responses depend on; a run refuses a pool made with another."""
+    keys = ["model", "task", "prompt_template", "group_size", "prompts_per_update", "max_tokens",
+            "temperature", "grade_timeout_s"]
+    keys += ["toy_digits"] if cfg["task"] == "toy" else ["train_data"]
+    recipe = {k: cfg[k] for k in keys}
+    recipe.update(sampler_dtype=cfg["sampler_dtype"] or cfg["dtype"],
+                  batches=cfg["offline_pool"]["batches"], seed=cfg["offline_pool"]["seed"])
+    return json.loads(json.dumps(recipe))  # as read back from the file (int keys become str)
+
+
+def check_pool_recipe(cfg: dict, file: str) -> None:
+    """Refuse a pool file (its first line) made with another recipe than this run's."""
+    with open(file) as f:
+        first = f.readline()
+    made_with = json.loads(first).get("recipe", {}) if first.endswith("\n") else {}
+    if made_with != pool_recipe(cfg):
+        raise ValueError(f"offline pool {file} was made with another recipe "
+                         f"({'; '.join(config_differences(made_with, pool_recipe(cfg)))}): delete "
+                         f"it to make a new pool, or set offline_pool.path elsewhere")
+
+
+def load_pool(cfg: dict, sampler, may_generate: bool) -> list:
+    """Offline training: the RolloutBatches of the pool file offline_pool.path. A missing or
+    unfinished file is (re)generated with the engine's current weights, which must be the base
+    model's (`may_generate`): batch i samples the prompts of batch i of a run seeded
+    offline_pool.seed. Written line by line to PATH.partial (a stopped generation continues
+    there) and renamed when complete."""
+    path = cfg["offline_pool"]["path"]
+
+    def read(file):
+        check_pool_recipe(cfg, file)
+        with open(file, "rb") as f:
+            data = f.read()
+        complete = data[:data.rfind(b"\n") + 1]
+        if len(complete) < len(data):  # a torn last line, from a stopped writer: drop it
+            os.truncate(file, len(complete))
+        lines = [json.loads(line) for line in complete.splitlines()[1:]]
+        return [RolloutBatch(b["index"], [rollout.Rollout(**r) for r in b["rollouts"]], b["rewards"])
+                for b in lines]
+
+    if os.path.exists(path):
+        return read(path)
+    if not may_generate:
+        raise FileNotFoundError(f"offline pool {path} is missing; this run was started with it and "
+                                f"cannot make it again from its current weights: restore the file")
+    partial = path + ".partial"
+    pool = read(partial) if os.path.exists(partial) else []
+    if not os.path.exists(partial):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(partial, "w") as f:
+            f.write(json.dumps({"recipe": pool_recipe(cfg)}) + "\n")
+    from tqdm import tqdm
+    pool_cfg = {**cfg, "seed": cfg["offline_pool"]["seed"]}
+    with open(partial, "a") as f:
+        for i in tqdm(range(len(pool), cfg["offline_pool"]["batches"]), initial=len(pool),
+                      total=cfg["offline_pool"]["batches"], desc=f"offline pool {path}",
+                      dynamic_ncols=True):
+            batch, _ = sample_batch(pool_cfg, sampler, i)
+            f.write(json.dumps({"index": i, "rewards": batch.rewards,
+                                "rollouts": [dataclasses.asdict(r) for r in batch.rollouts]}) + "\n")
+            f.flush()
+            pool.append(batch)
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+    return pool
+
+
+def pool_batch(pool: list, seed: int, update: int) -> RolloutBatch:
+    """The pool batch of `update` (1-based): each pass over the pool in a new order of the seed."""
+    epoch, pos = divmod(update - 1, len(pool))
+    return pool[_epoch_order(seed, epoch, len(pool))[pos]]
 
 
 # ----------------------------------------------------------------------------- learner
@@ -731,9 +813,12 @@ def train(cfg: dict, sampler=None) -> list:
         log_file.flush()
 
     N, T = cfg["delay"], cfg["updates"]
+    pool = load_pool(cfg, sampler, may_generate=start == 0) if cfg["offline_pool"]["path"] else None
     queue = state.get("queue", deque())
     next_batch = state.get("next_batch", 0)
-    responses_total = state.get("responses_total", 0)
+    # offline, every response of the pool was generated before the first update
+    responses_total = state.get("responses_total",
+                                sum(len(b.rollouts) for b in pool) if pool else 0)
     skipped_updates = state.get("skipped_updates", 0)
     skips_in_a_row = state.get("skips_in_a_row", 0)
 
@@ -758,7 +843,7 @@ def train(cfg: dict, sampler=None) -> list:
         handlers = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if cfg["eval_every"] > 0 and start == 0:
-            log({"update": 0, **run_eval(cfg, sampler, 0, out_dir)})
+            log({"update": 0, "responses_total": responses_total, **run_eval(cfg, sampler, 0, out_dir)})
         # warm-up: the first N batches come from the base policy. A resumed run's queue is
         # already this full, unless `updates` was raised past the end of the original run.
         if state and len(queue) < min(N, T - start):
@@ -780,7 +865,9 @@ def train(cfg: dict, sampler=None) -> list:
             update_start = time.perf_counter()
             times = {}
             # sample with the current weights (version t-1) only if some update will train on it
-            if next_batch < T:
+            if pool:
+                batch, sample_reward = pool_batch(pool, cfg["seed"], t), float("nan")
+            elif next_batch < T:
                 batch_new, times = sample_batch(cfg, sampler, next_batch)
                 queue.append(batch_new)
                 next_batch += 1
@@ -788,7 +875,8 @@ def train(cfg: dict, sampler=None) -> list:
                 sample_reward = sum(batch_new.rewards) / len(batch_new.rewards)
             else:
                 sample_reward = float("nan")
-            batch = queue.popleft()
+            if not pool:
+                batch = queue.popleft()
             learner_version = t - 1
             metrics = learn(cfg, model, ref_model, optimizer, batch, pad_id)
             # A non-finite loss or gradient skips the optimizer step (learn never steps on NaN);

@@ -1,5 +1,6 @@
 """Every shipped config loads and validates; sweep files expand to the runs they promise."""
 import glob
+import math
 import os
 
 import pytest
@@ -34,9 +35,36 @@ def test_sweep_expands_and_every_run_validates(path, capsys, monkeypatch):
     runs = sweep.expand(spec)
     grid = spec["grid"]
     extra = sum(len(v.get("delay", [])) for v in spec.get("only", {}).values()) * len(grid["seed"])
-    assert len(runs) == len(grid["loss"]) * len(grid["delay"]) * len(grid["seed"]) + extra
+    others = [len(v) for k, v in grid.items() if k not in ("loss", "delay", "seed")]
+    assert len(runs) == (len(grid["loss"]) * len(grid["delay"]) + extra // len(grid["seed"])) \
+        * len(grid["seed"]) * math.prod(others)
     assert len({d for d, _ in runs}) == len(runs)
     for _, overrides in runs:
         train.load_config(spec["config"], overrides)
     sweep.main([path, "--print"])
     assert len(capsys.readouterr().out.strip().splitlines()) == len(runs)
+
+
+def test_sweep_grid_over_any_config_key_names_each_run():
+    spec = {"config": os.path.join(ROOT, "configs", "toy.yaml"), "out_root": "r",
+            "grid": {"loss": ["ggpo"], "delay": [8], "seed": [0, 1],
+                     "loss_args.beta": [0.01, 0.1], "ref_refresh_every": [0, 25]},
+            "overrides": {"eval_every": 50}}
+    runs = sweep.expand(spec)
+    assert [d for d, _ in runs][:3] == ["r/ggpo_N8_s0_beta-0.01_ref_refresh_every-0",
+                                        "r/ggpo_N8_s0_beta-0.01_ref_refresh_every-25",
+                                        "r/ggpo_N8_s0_beta-0.1_ref_refresh_every-0"]
+    assert len(runs) == 8
+    cfg = train.load_config(spec["config"], runs[3][1])
+    assert (cfg["loss_args"]["beta"], cfg["ref_refresh_every"], cfg["seed"], cfg["eval_every"]) \
+        == (0.1, 25, 0, 50)
+    assert cfg["loss_args"]["clip_high"] == 0.2  # the other loss_args keep their values
+    with pytest.raises(ValueError, match="seed"):
+        sweep.expand({**spec, "grid": {"loss": ["grpo"], "delay": [0]}})
+
+
+def test_offline_pool_needs_delay_zero():
+    with pytest.raises(ValueError, match="delay must be 0"):
+        train.load_config(None, ["offline_pool.path=pool.jsonl", "delay=8"])
+    cfg = train.load_config(None, ["offline_pool.path=pool.jsonl", "delay=0"])
+    assert cfg["offline_pool"] == {"path": "pool.jsonl", "batches": 400, "seed": 0}

@@ -1,33 +1,95 @@
-"""plot.py on synthetic run folders: the Fig. 3 table holds the final accuracies, both PNGs exist."""
+"""plot.py on synthetic run folders: every figure draws, and its table holds the right numbers."""
 import json
 import os
 
+import pytest
+import yaml
+
 import plot
+import train
+
+BATCH = 8  # responses per rollout batch of the synthetic runs
 
 
-def _run(root, loss, delay, seed, final):
-    folder = root / f"{loss}_N{delay}_s{seed}"
+def _run(root, final, loss="grpo", delay=0, seed=0, updates=10, name=None, k3=0.001, **cfg):
+    """A run folder as train.py writes it: config.yaml, and metrics.jsonl whose eval rows (update
+    0 and the last) hold the difficulty split; k3 = k3 * update, reward = 0.1 + 0.01 * update."""
+    config = train.load_config(None, [f"loss={loss}", f"delay={delay}", f"seed={seed}"])
+    for key, value in cfg.items():
+        section, _, sub = key.partition(".")
+        if sub:
+            config[section][sub] = value
+        else:
+            config[key] = value
+    folder = root / (name or f"{loss}_N{delay}_s{seed}")
     folder.mkdir(parents=True)
-    rows = [{"update": 0, "eval/toy/mean@4": 0.3, "eval/toy/best@4": 0.6,
-             "eval/avg/mean@4": 0.3, "eval/avg/best@4": 0.6}]
-    rows += [{"update": t, "k3": 0.001 * t, "entropy": 0.2} for t in range(1, 11)]
-    rows[-1].update({"eval/toy/mean@4": final, "eval/toy/best@4": final + 0.2,
-                     "eval/avg/mean@4": final, "eval/avg/best@4": final + 0.2})
-    with open(folder / "metrics.jsonl", "w") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    evals = lambda acc: {"eval/toy/mean@4": acc, "eval/toy/best@4": acc + 0.2, "eval/toy/partial_mean@4": acc,
+                         "eval/toy/unsolved_solved_frac": acc / 2, "eval/toy/partial_count": 50,
+                         "eval/toy/unsolved_count": 20}
+    rows = [{"update": 0, "responses_total": 0, **evals(0.3)}]
+    rows += [{"update": t, "k3": k3 * t, "entropy": 0.2, "reward_mean": 0.1 + 0.01 * t,
+              "clip_frac": 0.05, "ggpo_ess_success": 0.5, "grad_norm": 1.0, "response_len_mean": 9,
+              "responses_total": (min(t + delay, updates)) * BATCH} for t in range(1, updates + 1)]
+    rows[-1].update(evals(final))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def test_fig1_and_fig3_from_run_folders(tmp_path):
+def _table(path):
+    return open(os.path.splitext(path)[0] + ".md").read()
+
+
+def test_fig1_fig3_fig2_fig5_fig7_from_a_ladder(tmp_path):
+    runs = tmp_path / "runs"
     for loss in ("grpo", "ggpo"):
         for delay, final in ((0, 0.5), (8, 0.25)):
             for seed in (0, 1):
-                _run(tmp_path / "runs", loss, delay, seed, final + 0.1 * seed)
-    plot.fig1(str(tmp_path / "runs"), str(tmp_path / "fig1.png"))
-    plot.fig3(str(tmp_path / "runs"), str(tmp_path / "fig3.png"))
-    assert os.path.getsize(tmp_path / "fig1.png") > 10_000
-    assert os.path.getsize(tmp_path / "fig3.png") > 10_000
-    table = open(tmp_path / "fig3.md").read()
-    # mean over seeds of 0.5/0.6 and 0.25/0.35, with the min-max spread
-    assert "| GRPO | 55.0 (50.0-60.0) | 30.0 (25.0-35.0) |" in table
-    assert "| GGPO | 55.0 (50.0-60.0) | 30.0 (25.0-35.0) |" in table
-    assert plot.eval_key([{"eval/toy/mean@4": 1, "eval/avg/mean@4": 1}], "mean") == "eval/toy/mean@4"
+                _run(runs, final + 0.1 * seed, loss, delay, seed, k3=0.001 * (1 + delay))
+    out = {f: str(tmp_path / f"{f}.png") for f in ("fig1", "fig2", "fig3", "fig5", "fig7")}
+    for figure, path in out.items():
+        plot.main([figure, str(runs), "--out", path, "--delay", "8"])
+        assert os.path.getsize(path) > 10_000
+    # Fig. 3: mean over seeds of 0.5/0.6 and 0.25/0.35, with the min-max spread
+    assert "| GRPO | 55.0 (50.0-60.0) | 30.0 (25.0-35.0) |" in _table(out["fig3"])
+    assert "| GGPO | 55.0 (50.0-60.0) | 30.0 (25.0-35.0) |" in _table(out["fig3"])
+    # Fig. 2: N warm-up batches before the first update; T batches in all
+    assert "| 8 | 64 | 80 |" in _table(out["fig2"]) and "| 0 | 0 | 80 |" in _table(out["fig2"])
+    # Fig. 5 at N = 8: partial mean = the final accuracy, unsolved solved = half of it
+    assert "| GRPO | 30.0 (25.0-35.0) | 15.0 (12.5-17.5) |" in _table(out["fig5"])
+    # Fig. 7: the last 10% of 10 updates is update 10 alone: K3 = 0.001 * (1 + N) * 10
+    assert "| GGPO | 8 | 90 | 0.2 | 0.05 |  | 0.5 | 1 | 0.2 | 9 |" in _table(out["fig7"])
+    assert plot.eval_key([{"eval/toy/mean@4": 1, "eval/avg/mean@4": 1}], "mean@") == "eval/toy/mean@4"
+    two = [{"eval/math500/mean@4": 1, "eval/aime24/mean@4": 1, "eval/avg/mean@4": 1}]
+    assert plot.eval_key(two, "mean@") == "eval/math500/mean@4"
+    assert plot.eval_key(two, "mean@", average=True) == "eval/avg/mean@4"
+    with pytest.raises(ValueError, match="eval_every"):
+        plot.eval_key([{"update": 1}], "mean@")
+
+
+def test_fig4_fig8_fig9_fig10_from_their_grids(tmp_path):
+    for seed in (0, 1, 2):
+        for loss, final in (("grpo", 0.2), ("ggpo", 0.4)):
+            _run(tmp_path / "fig4", final + 0.01 * seed, loss, 0, seed,
+                 **{"offline_pool.path": "pool.jsonl", "offline_pool.batches": 10})
+    for beta in (0.01, 0.1):
+        for refresh in (0, 5):
+            _run(tmp_path / "fig8", 0.3 + beta + refresh / 100, "ggpo", 8, 0,
+                 name=f"ggpo_N8_s0_beta-{beta}_ref_refresh_every-{refresh}",
+                 **{"loss_args.beta": beta, "ref_refresh_every": refresh})
+    for variant, final in (("original", 0.1), ("detached", 0.4)):
+        for seed in (0, 1):
+            _run(tmp_path / "fig10", final, "ggpo", 8, seed, name=f"ggpo_N8_s{seed}_v-{variant}",
+                 **{"loss_args.ggpo_variant": variant})
+    paths = {}
+    for figure, root in (("fig4", "fig4"), ("fig8", "fig8"), ("fig9", "fig8"), ("fig10", "fig10")):
+        paths[figure] = str(tmp_path / f"{figure}.png")
+        plot.main([figure, str(tmp_path / root), "--out", paths[figure]])
+        assert os.path.getsize(paths[figure]) > 10_000
+    assert "| GGPO | 30.0 (30.0-30.0) | 41.0 (40.0-42.0) |" in _table(paths["fig4"])
+    assert "pool of 10 batches" in _table(paths["fig4"])
+    assert _table(paths["fig8"]).startswith("GGPO: beta and reference refresh at N = 8 (1 seed)")
+    assert "| β=0.1, T_ref=5 | 45.0 | 0.2 | 10 |" in _table(paths["fig8"])
+    assert "| β=0.01, fixed reference | 0.5 |" in _table(paths["fig9"])
+    # reward 0.1 + 0.01 t: 0.155 over all 10 updates, 0.2 at the last; clipped 5% of tokens
+    assert "| original | 0.155 (0.155-0.155) | 0.2 (0.2-0.2) | 10.0 (10.0-10.0) | 5.0 (5.0-5.0) |" \
+        in _table(paths["fig10"])
