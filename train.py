@@ -6,6 +6,8 @@ One process alternates vLLM sampling (rollout.py) and plain PyTorch updates. A F
 rollout batches, N = `delay` deep, makes the batch trained at update t the one sampled by the
 policy of N updates earlier. Policy version v = optimizer updates applied so far (base model:
 v = 0); the update v -> v+1 trains on a batch sampled by version max(0, v - N).
+Offline (offline_pool.path set, N = 0): no sampling during training; update t trains on one batch
+of a fixed pool that the base model sampled once (load_pool), so its staleness is t - 1.
 
 Runs survive: a checkpoint (out_dir/ckpt-XXXXXX) is written every `ckpt_every` updates, at the
 end, and on SIGINT/SIGTERM (the update finishes first; exit code 128 + signal: 130 or 143).
