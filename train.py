@@ -7,7 +7,7 @@ rollout batches, N = `delay` deep, makes the batch trained at update t the one s
 policy of N updates earlier. Policy version v = optimizer updates applied so far (base model:
 v = 0); the update v -> v+1 trains on a batch sampled by version max(0, v - N).
 Offline (offline_pool.path set, N = 0): no sampling during training; update t trains on one batch
-of a fixed pool that the base model sampled once (load_pool), so its staleness is t - 1.
+of a fixed pool that the base model sampled once (make_pool), so its staleness is t - 1.
 
 Runs survive: a checkpoint (out_dir/ckpt-XXXXXX) is written every `ckpt_every` updates, at the
 end, and on SIGINT/SIGTERM (the update finishes first; exit code 128 + signal: 130 or 143).
@@ -143,7 +143,7 @@ def _validate(cfg: dict) -> None:
         (cfg["max_consecutive_skips"] >= 1, "max_consecutive_skips must be >= 1"),
         (bool(cfg["out_dir"]), "out_dir must be a folder name"),
         (cfg["offline_pool"]["path"] is None or isinstance(cfg["offline_pool"]["path"], str),
-         "offline_pool.path must be a file name or null"),
+         "offline_pool.path must be a folder name or null"),
         (cfg["offline_pool"]["batches"] >= 1, "offline_pool.batches must be >= 1"),
         (cfg["offline_pool"]["path"] is None or cfg["delay"] == 0,
          "offline_pool.path is set: delay must be 0 (pool batches are never queued; their "
@@ -196,8 +196,9 @@ def preflight(cfg: dict):
             f"(e.g. `huggingface-cli download Qwen/Qwen3-1.7B-Base --local-dir DIR`), or for the "
             f"toy set build_toy_model=true to build it there")
     check_benchmarks(cfg)
-    if cfg["offline_pool"]["path"] and os.path.exists(cfg["offline_pool"]["path"]):
-        check_pool_recipe(cfg, cfg["offline_pool"]["path"])
+    if cfg["offline_pool"]["path"] and os.path.exists(os.path.join(cfg["offline_pool"]["path"],
+                                                                   "recipe.json")):
+        check_pool_recipe(cfg)
     out_dir = cfg["out_dir"]
     saved = os.path.join(out_dir, "config.yaml")
     if os.path.exists(saved):
@@ -271,67 +272,55 @@ def pool_recipe(cfg: dict) -> dict:
     return json.loads(json.dumps(recipe))  # as read back from the file (int keys become str)
 
 
-def check_pool_recipe(cfg: dict, file: str) -> None:
-    """Refuse a pool file (its first line) made with another recipe than this run's."""
-    with open(file) as f:
-        first = f.readline()
-    made_with = json.loads(first).get("recipe", {}) if first.endswith("\n") else {}
+def check_pool_recipe(cfg: dict) -> None:
+    """Refuse a pool folder whose recipe.json differs from this run's recipe."""
+    path = os.path.join(cfg["offline_pool"]["path"], "recipe.json")
+    with open(path) as f:
+        made_with = json.load(f)
     if made_with != pool_recipe(cfg):
-        raise ValueError(f"offline pool {file} was made with another recipe "
+        raise ValueError(f"offline pool {cfg['offline_pool']['path']} was made with another recipe "
                          f"({'; '.join(config_differences(made_with, pool_recipe(cfg)))}): delete "
                          f"it to make a new pool, or set offline_pool.path elsewhere")
 
 
-def load_pool(cfg: dict, sampler, may_generate: bool) -> list:
-    """Offline training: the RolloutBatches of the pool file offline_pool.path. A missing or
-    unfinished file is (re)generated with the engine's current weights, which must be the base
-    model's (`may_generate`): batch i samples the prompts of batch i of a run seeded
-    offline_pool.seed. Written line by line to PATH.partial (a stopped generation continues
-    there) and renamed when complete."""
+def _pool_batch_file(cfg: dict, index: int) -> str:
+    return os.path.join(cfg["offline_pool"]["path"], f"batch-{index:06d}.json")
+
+
+def make_pool(cfg: dict, sampler) -> None:
+    """Offline training: sample the batches of the pool folder offline_pool.path that are not
+    there yet, with the engine's current weights (the caller's base model). Batch i holds the
+    prompts of batch i of a run seeded offline_pool.seed; each batch file is written atomically,
+    so a stopped generation continues where it stopped. A complete pool is left untouched."""
     path = cfg["offline_pool"]["path"]
-
-    def read(file):
-        check_pool_recipe(cfg, file)
-        with open(file, "rb") as f:
-            data = f.read()
-        complete = data[:data.rfind(b"\n") + 1]
-        if len(complete) < len(data):  # a torn last line, from a stopped writer: drop it
-            os.truncate(file, len(complete))
-        lines = [json.loads(line) for line in complete.splitlines()[1:]]
-        return [RolloutBatch(b["index"], [rollout.Rollout(**r) for r in b["rollouts"]], b["rewards"])
-                for b in lines]
-
-    if os.path.exists(path):
-        return read(path)
-    if not may_generate:
-        raise FileNotFoundError(f"offline pool {path} is missing; this run was started with it and "
-                                f"cannot make it again from its current weights: restore the file")
-    partial = path + ".partial"
-    pool = read(partial) if os.path.exists(partial) else []
-    if not os.path.exists(partial):
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(partial, "w") as f:
-            f.write(json.dumps({"recipe": pool_recipe(cfg)}) + "\n")
+    os.makedirs(path, exist_ok=True)
+    if not os.path.exists(os.path.join(path, "recipe.json")):
+        _write_atomic(os.path.join(path, "recipe.json"), json.dumps(pool_recipe(cfg), indent=1))
+    check_pool_recipe(cfg)
+    missing = [i for i in range(cfg["offline_pool"]["batches"])
+               if not os.path.exists(_pool_batch_file(cfg, i))]
     from tqdm import tqdm
-    pool_cfg = {**cfg, "seed": cfg["offline_pool"]["seed"]}
-    with open(partial, "a") as f:
-        for i in tqdm(range(len(pool), cfg["offline_pool"]["batches"]), initial=len(pool),
-                      total=cfg["offline_pool"]["batches"], desc=f"offline pool {path}",
-                      dynamic_ncols=True):
-            batch, _ = sample_batch(pool_cfg, sampler, i)
-            f.write(json.dumps({"index": i, "rewards": batch.rewards,
-                                "rollouts": [dataclasses.asdict(r) for r in batch.rollouts]}) + "\n")
-            f.flush()
-            pool.append(batch)
-        os.fsync(f.fileno())
-    os.replace(partial, path)
-    return pool
+    for i in tqdm(missing, desc=f"offline pool {path}", dynamic_ncols=True, disable=not missing):
+        batch, _ = sample_batch({**cfg, "seed": cfg["offline_pool"]["seed"]}, sampler, i)
+        _write_atomic(_pool_batch_file(cfg, i), json.dumps(
+            {"index": i, "rewards": batch.rewards,
+             "rollouts": [dataclasses.asdict(r) for r in batch.rollouts]}))
 
 
-def pool_batch(pool: list, seed: int, update: int) -> RolloutBatch:
-    """The pool batch of `update` (1-based): each pass over the pool in a new order of the seed."""
-    epoch, pos = divmod(update - 1, len(pool))
-    return pool[_epoch_order(seed, epoch, len(pool))[pos]]
+def pool_batch(cfg: dict, update: int) -> RolloutBatch:
+    """The pool batch that `update` (1-based) trains on, read from its file: the run's seed
+    orders the pool, each pass over it in a new order. Read one at a time, so a pool of any
+    size costs the memory of one batch."""
+    size = cfg["offline_pool"]["batches"]
+    epoch, pos = divmod(update - 1, size)
+    file = _pool_batch_file(cfg, _epoch_order(cfg["seed"], epoch, size)[pos])
+    if not os.path.exists(file):
+        raise FileNotFoundError(f"offline pool batch {file} is missing: the pool was made when this "
+                                f"run started and cannot be made again from trained weights; "
+                                f"restore it, or start a new run with a new offline_pool.path")
+    with open(file) as f:
+        b = json.load(f)
+    return RolloutBatch(b["index"], [rollout.Rollout(**r) for r in b["rollouts"]], b["rewards"])
 
 
 # ----------------------------------------------------------------------------- learner
@@ -815,12 +804,14 @@ def train(cfg: dict, sampler=None) -> list:
         log_file.flush()
 
     N, T = cfg["delay"], cfg["updates"]
-    pool = load_pool(cfg, sampler, may_generate=start == 0) if cfg["offline_pool"]["path"] else None
+    offline = bool(cfg["offline_pool"]["path"])
+    if offline and start == 0:  # the engine holds the base model: make what the pool lacks
+        make_pool(cfg, sampler)
     queue = state.get("queue", deque())
     next_batch = state.get("next_batch", 0)
     # offline, every response of the pool was generated before the first update
-    responses_total = state.get("responses_total",
-                                sum(len(b.rollouts) for b in pool) if pool else 0)
+    responses_total = state.get("responses_total", cfg["offline_pool"]["batches"] *
+                                cfg["prompts_per_update"] * cfg["group_size"] if offline else 0)
     skipped_updates = state.get("skipped_updates", 0)
     skips_in_a_row = state.get("skips_in_a_row", 0)
 
@@ -867,8 +858,8 @@ def train(cfg: dict, sampler=None) -> list:
             update_start = time.perf_counter()
             times = {}
             # sample with the current weights (version t-1) only if some update will train on it
-            if pool:
-                batch, sample_reward = pool_batch(pool, cfg["seed"], t), float("nan")
+            if offline:
+                batch, sample_reward = pool_batch(cfg, t), float("nan")
             elif next_batch < T:
                 batch_new, times = sample_batch(cfg, sampler, next_batch)
                 queue.append(batch_new)
@@ -877,7 +868,7 @@ def train(cfg: dict, sampler=None) -> list:
                 sample_reward = sum(batch_new.rewards) / len(batch_new.rewards)
             else:
                 sample_reward = float("nan")
-            if not pool:
+            if not offline:
                 batch = queue.popleft()
             learner_version = t - 1
             metrics = learn(cfg, model, ref_model, optimizer, batch, pad_id)

@@ -10,7 +10,7 @@ POOL = {"batches": 3, "seed": 7}
 
 
 def _offline(tmp_path, out, **overrides):
-    pool = {**POOL, "path": str(tmp_path / "pool.jsonl")}
+    pool = {**POOL, "path": str(tmp_path / "pool")}
     return toy_config(tmp_path / out, delay=0, updates=5, lr=1e-3, offline_pool=pool, **overrides)
 
 
@@ -20,39 +20,48 @@ def _logged(rows):
                        sort_keys=True) for r in rows]
 
 
+def _pool_files(tmp_path):
+    return {p.name: p.read_bytes() for p in sorted((tmp_path / "pool").iterdir())}
+
+
 def test_offline_training_is_reproducible_and_never_samples(tmp_path, sampler):
     cfg = _offline(tmp_path, "a")
     first = train.train(cfg, sampler=sampler)
-    pool_file = tmp_path / "pool.jsonl"
-    made = pool_file.read_bytes()
+    made = _pool_files(tmp_path)
+    assert list(made) == ["batch-000000.json", "batch-000001.json", "batch-000002.json", "recipe.json"]
     second = train.train(_offline(tmp_path, "b"), sampler=sampler)
-    assert pool_file.read_bytes() == made            # read back, not made again
+    assert _pool_files(tmp_path) == made             # read back, not made again
     assert _logged(first) == _logged(second)         # same pool, seed and config: same metrics
-    assert first[-1]["loss"] != first[0]["loss"]     # and the learner did move
+    # update 1 is on-policy (the pool's policy is the base model); then the learner moves away
+    assert first[0]["logp_diff_max"] < 1e-4 and first[-1]["logp_diff_max"] > 1e-3
 
-    pool = train.load_pool(cfg, None, may_generate=False)
-    assert [len(b.rollouts) for b in pool] == [16, 16, 16]
-    assert all(r.policy_version == 0 for b in pool for r in b.rollouts)
     # every response was generated before the first update, none after; staleness grows by one
     assert [r["responses_total"] for r in first] == [48] * 5
     assert [r["staleness"] for r in first] == [0, 1, 2, 3, 4]
     # update t trains on pool_batch(t): each pass over the pool visits every batch once
-    used = [train.pool_batch(pool, cfg["seed"], t) for t in range(1, 6)]
+    used = [train.pool_batch(cfg, t) for t in range(1, 6)]
     assert {b.index for b in used[:3]} == {0, 1, 2} and used[3].index != used[4].index
+    assert all(r.policy_version == 0 and len(b.rollouts) == 16 for b in used for r in b.rollouts)
     assert [r["reward_mean"] for r in first] == [sum(b.rewards) / 16 for b in used]
+    # another seed visits the same pool in another order
+    other = [train.pool_batch({**cfg, "seed": 1}, t).index for t in range(1, 7)]
+    assert other != [b.index for b in used] + [train.pool_batch(cfg, 6).index]
 
-    # a stopped pool generation (torn last line) continues where it stopped, to the same pool
-    lines = made.split(b"\n")
-    (tmp_path / "pool.jsonl.partial").write_bytes(b"\n".join(lines[:2]) + b"\n" + lines[2][:50])
-    pool_file.unlink()
+    # a stopped pool generation continues where it stopped, to the same pool
+    (tmp_path / "pool" / "batch-000001.json").unlink()
     third = train.train(_offline(tmp_path, "c"), sampler=sampler)
-    assert pool_file.read_bytes() == made
+    assert _pool_files(tmp_path) == made
     assert _logged(third) == _logged(first)
+    # a resumed run never samples the pool again: a missing batch is an error, not a new batch
+    (tmp_path / "pool" / "batch-000002.json").unlink()
+    with pytest.raises(FileNotFoundError, match="restore it"):
+        train.pool_batch(cfg, 1 + [b.index for b in used].index(2))
 
 
 def test_offline_pool_of_another_recipe_is_refused(tmp_path):
-    (tmp_path / "pool.jsonl").write_text(json.dumps({"recipe": train.pool_recipe(
-        _offline(tmp_path, "a"))}) + "\n")
-    train.preflight(_offline(tmp_path, "a"))  # the same recipe passes
+    cfg = _offline(tmp_path, "a")
+    (tmp_path / "pool").mkdir()
+    (tmp_path / "pool" / "recipe.json").write_text(json.dumps(train.pool_recipe(cfg)))
+    train.preflight(cfg)  # the same recipe passes
     with pytest.raises(ValueError, match=r"another recipe \(max_tokens: 16 -> 8\)"):
         train.preflight(_offline(tmp_path, "b", max_tokens=8))
