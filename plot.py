@@ -1,6 +1,6 @@
 """Figures of the study from run folders, as PNG, each with a Markdown table of its numbers (.md).
 
-    python plot.py fig1  runs/fig1_toy  --out fig1_toy.png    # dynamics at one N
+    python plot.py fig1  runs/fig1_toy  --out fig1_toy.png    # dynamics at one N (--delay 8)
     python plot.py fig3  runs/fig3_toy  --out fig3_toy.png    # final accuracy against N
     python plot.py fig2  runs/fig3_toy  --out fig2_toy.png    # sampling budget
     python plot.py fig5  runs/fig3_toy  --out fig5_toy.png    # difficulty split (at --delay 8)
@@ -156,9 +156,16 @@ def fmt(values: list, scale: float = 100) -> str:
 
 # ----------------------------------------------------------------------------- figures
 
-def fig1(root: str, out: str, window: int = 20, **_) -> None:
+def at_delay(runs: list, delay: int, root: str) -> list:
+    kept = [r for r in runs if r["delay"] == delay]
+    if not kept:
+        raise ValueError(f"no run with delay {delay} in {root} (pick N with --delay)")
+    return kept
+
+
+def fig1(root: str, out: str, window: int = 20, delay: int = 8, **_) -> None:
     """Dynamics at one N: K3, entropy, best@k, mean@k against updates, one line per objective."""
-    runs = load_runs(root)
+    runs = at_delay(load_runs(root), delay, root)
     mean_key, best_key = eval_key(runs[0]["rows"], "mean@"), eval_key(runs[0]["rows"], "best@")
     panels = [("k3", 1e3, "token-mean K3 (x1e-3)", window), ("entropy", 1, "policy entropy", window),
               (best_key, 100, best_key[5:] + " (%)", 0), (mean_key, 100, mean_key[5:] + " (%)", 0)]
@@ -175,8 +182,7 @@ def fig1(root: str, out: str, window: int = 20, **_) -> None:
         table.append(f"| {label} | {fmt([last_fraction(r['rows'], 'k3') for r in group], 1e3)} | "
                      f"{fmt([last_fraction(r['rows'], 'entropy') for r in group], 1)} | "
                      f"{fmt(finals[0])} | {fmt(finals[1])} |")
-    delays = ", ".join(map(str, sorted({r["delay"] for r in runs})))
-    finish(fig, axes, out, f"Training dynamics at N = {delays} ({seeds_note(runs)})", table)
+    finish(fig, axes, out, f"Training dynamics at N = {delay} ({seeds_note(runs)})", table)
 
 
 def final_accuracy(runs: list) -> dict:
@@ -247,9 +253,7 @@ def fig2(root: str, out: str, **_) -> None:
 def fig5(root: str, out: str, delay: int = 8, **_) -> None:
     """Difficulty split at one N: mean@k on the problems the base model solves part of the time
     (0 < p0 <= 0.75), and the fraction of the initially unsolved problems now solved."""
-    runs = [r for r in load_runs(root) if r["delay"] == delay]
-    if not runs:
-        raise ValueError(f"no run with delay {delay} in {root}")
+    runs = at_delay(load_runs(root), delay, root)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     keys = [eval_key(runs[0]["rows"], "partial_mean@"), eval_key(runs[0]["rows"], "unsolved_solved_frac")]
     rows0 = next(r for r in runs[0]["rows"] if keys[0] in r and r["update"] > 0)
@@ -396,7 +400,7 @@ def main(argv=None) -> None:
     parser.add_argument("figure", choices=list(FIGURES))
     parser.add_argument("root", help="folder of run folders")
     parser.add_argument("--out", required=True, help="PNG path; the table goes next to it as .md")
-    parser.add_argument("--delay", type=int, default=8, help="fig5: the N to show")
+    parser.add_argument("--delay", type=int, default=8, help="figs. 1 and 5: the N to show")
     parser.add_argument("--window", type=int, default=20, help="moving average of per-update metrics")
     args = parser.parse_args(argv)
     FIGURES[args.figure](args.root, args.out, delay=args.delay, window=args.window)

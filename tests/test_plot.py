@@ -52,6 +52,9 @@ def test_fig1_fig3_fig2_fig5_fig7_from_a_ladder(tmp_path):
     # Fig. 3: mean over seeds of 0.5/0.6 and 0.25/0.35, with the min-max spread
     assert "| GRPO | 55.0 (50.0-60.0) | 30.0 (25.0-35.0) |" in _table(out["fig3"])
     assert "| GGPO | 55.0 (50.0-60.0) | 30.0 (25.0-35.0) |" in _table(out["fig3"])
+    # Fig. 1 draws the N = 8 runs only: K3 = 0.001 * 9 * 10 at the last update
+    assert "| GRPO | 90 (90-90) | 0.2 (0.2-0.2) | 50.0 (45.0-55.0) | 30.0 (25.0-35.0) |" \
+        in _table(out["fig1"])
     # Fig. 2: N warm-up batches before the first update; T batches in all
     assert "| 8 | 64 | 80 |" in _table(out["fig2"]) and "| 0 | 0 | 80 |" in _table(out["fig2"])
     # Fig. 5 at N = 8: partial mean = the final accuracy, unsolved solved = half of it
