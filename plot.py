@@ -147,8 +147,8 @@ def seeds_note(runs: list) -> str:
 
 
 def fmt(values: list, scale: float = 100) -> str:
-    """'mean (min-max)' over seeds, or the one value: percentages to 0.1, others to 3 digits."""
-    spec = ".1f" if scale == 100 else ".3g"
+    """'mean (min-max)' over seeds, or the one value: percentages to 0.1, others to 4 digits."""
+    spec = ".1f" if scale == 100 else ".4g"
     if len(values) == 1:
         return f"{scale * values[0]:{spec}}"
     return f"{scale * mean(values):{spec}} ({scale * min(values):{spec}}-{scale * max(values):{spec}})"
@@ -336,7 +336,9 @@ def _ggpo_grid(root: str, out: str, panels: list, title: str, window: int) -> No
     betas = sorted({r["cfg"]["loss_args"]["beta"] for r in runs})
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8))
     axes = list(axes) if len(panels) > 1 else [axes]
-    table = ["| setting | " + " | ".join(t for _, _, t, _ in panels) + " |",
+    table = ["| setting | " + " | ".join(("final " if not smoothed else "") + t
+                                          + (" (last 10%)" if smoothed else "")
+                                          for _, _, t, smoothed in panels) + " |",
              "| --- |" + " --- |" * len(panels)]
     for label, group in sorted(by(runs, ggpo_label).items()):
         cfg = group[0]["cfg"]
@@ -356,15 +358,15 @@ def _ggpo_grid(root: str, out: str, panels: list, title: str, window: int) -> No
 
 def fig8(root: str, out: str, window: int = 20, **_) -> None:
     """GGPO with beta x reference refresh: accuracy, training reward, K3."""
-    _ggpo_grid(root, out, [("mean@", 100, "final mean@k (%)", False),
-                           ("reward_mean", 1, "training reward (last 10%)", True),
-                           ("k3", 1e3, "K3 x1e-3 (last 10%)", True)],
+    _ggpo_grid(root, out, [("mean@", 100, "mean@k (%)", False),
+                           ("reward_mean", 1, "training reward", True),
+                           ("k3", 1e3, "K3 x1e-3", True)],
                "GGPO: beta and reference refresh", window)
 
 
 def fig9(root: str, out: str, window: int = 20, **_) -> None:
     """Normalized ESS of GGPO's weights restricted to the successes of each group."""
-    _ggpo_grid(root, out, [("ggpo_ess_success", 1, "normalized ESS on successes (last 10%)", True)],
+    _ggpo_grid(root, out, [("ggpo_ess_success", 1, "normalized ESS on successes", True)],
                "GGPO weight concentration on successful responses", window)
 
 
