@@ -334,7 +334,7 @@ def _ggpo_grid(root: str, out: str, panels: list, title: str, window: int) -> No
     runs = [r for r in load_runs(root) if r["loss"] == "ggpo"]
     refreshes = sorted({r["cfg"]["ref_refresh_every"] for r in runs})
     betas = sorted({r["cfg"]["loss_args"]["beta"] for r in runs})
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8))
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(8, 5 * len(panels)), 3.8))
     axes = list(axes) if len(panels) > 1 else [axes]
     table = ["| setting | " + " | ".join(("final " if not smoothed else "") + t
                                           + (" (last 10%)" if smoothed else "")
