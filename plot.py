@@ -146,6 +146,10 @@ def seeds_note(runs: list) -> str:
     return f"{n} seed{'s' if n > 1 else ''}"
 
 
+def delays_note(runs: list) -> str:
+    return ", ".join(map(str, sorted({r["delay"] for r in runs})))
+
+
 def fmt(values: list, scale: float = 100) -> str:
     """'mean (min-max)' over seeds, or the one value: percentages to 0.1, others to 4 digits."""
     spec = ".1f" if scale == 100 else ".4g"
@@ -352,8 +356,7 @@ def _ggpo_grid(root: str, out: str, panels: list, title: str, window: int) -> No
             cells.append(fmt([last_fraction(r["rows"], key) for r in group], scale) if smoothed
                          else fmt(per_x[-1], scale))
         table.append(f"| {label} | " + " | ".join(cells) + " |")
-    delays = ", ".join(map(str, sorted({r["delay"] for r in runs})))
-    finish(fig, axes, out, f"{title} at N = {delays} ({seeds_note(runs)})", table)
+    finish(fig, axes, out, f"{title} at N = {delays_note(runs)} ({seeds_note(runs)})", table)
 
 
 def fig8(root: str, out: str, window: int = 20, **_) -> None:
@@ -388,9 +391,8 @@ def fig10(root: str, out: str, window: int = 20, **_) -> None:
                      f"{fmt(per_x[-1])} | {fmt([last_fraction(r['rows'], 'clip_frac') for r in group])} |")
     for ax, title in zip(axes, ["training reward", f"{key[5:]} (%)", "tokens clipped (%)"]):
         ax.set(title=title, xlabel="optimizer updates")
-    delays = ", ".join(map(str, sorted({r["delay"] for r in runs})))
-    finish(fig, axes, out, f"GGPO update: original vs detached with token clipping, N = {delays} "
-                           f"({seeds_note(runs)}, min-max)", table)
+    finish(fig, axes, out, f"GGPO update: original vs detached with token clipping, "
+                           f"N = {delays_note(runs)} ({seeds_note(runs)}, min-max)", table)
 
 
 FIGURES = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7,

@@ -235,6 +235,15 @@ class RolloutBatch:
     rollouts: list        # rollout.Rollout, grouped by prompt
     rewards: list         # float per rollout
 
+    def to_dict(self) -> dict:
+        """Plain lists and numbers, for checkpoints and offline pool files."""
+        return {"index": self.index, "rewards": self.rewards,
+                "rollouts": [dataclasses.asdict(r) for r in self.rollouts]}
+
+    @classmethod
+    def from_dict(cls, b: dict) -> "RolloutBatch":
+        return cls(b["index"], [rollout.Rollout(**r) for r in b["rollouts"]], b["rewards"])
+
 
 def train_problems(cfg: dict) -> list:
     """task=math: the training problems {id, prompt, answer} (loaded once per process)."""
@@ -277,9 +286,10 @@ def check_pool_recipe(cfg: dict) -> None:
     path = os.path.join(cfg["offline_pool"]["path"], "recipe.json")
     with open(path) as f:
         made_with = json.load(f)
-    if made_with != pool_recipe(cfg):
+    recipe = pool_recipe(cfg)
+    if made_with != recipe:
         raise ValueError(f"offline pool {cfg['offline_pool']['path']} was made with another recipe "
-                         f"({'; '.join(config_differences(made_with, pool_recipe(cfg)))}): delete "
+                         f"({'; '.join(config_differences(made_with, recipe))}): delete "
                          f"it to make a new pool, or set offline_pool.path elsewhere")
 
 
@@ -302,9 +312,7 @@ def make_pool(cfg: dict, sampler) -> None:
     from tqdm import tqdm
     for i in tqdm(missing, desc=f"offline pool {path}", dynamic_ncols=True, disable=not missing):
         batch, _ = sample_batch({**cfg, "seed": cfg["offline_pool"]["seed"]}, sampler, i)
-        _write_atomic(_pool_batch_file(cfg, i), json.dumps(
-            {"index": i, "rewards": batch.rewards,
-             "rollouts": [dataclasses.asdict(r) for r in batch.rollouts]}))
+        _write_atomic(_pool_batch_file(cfg, i), json.dumps(batch.to_dict()))
 
 
 def pool_batch(cfg: dict, update: int) -> RolloutBatch:
@@ -319,8 +327,7 @@ def pool_batch(cfg: dict, update: int) -> RolloutBatch:
                                 f"run started and cannot be made again from trained weights; "
                                 f"restore it, or start a new run with a new offline_pool.path")
     with open(file) as f:
-        b = json.load(f)
-    return RolloutBatch(b["index"], [rollout.Rollout(**r) for r in b["rollouts"]], b["rewards"])
+        return RolloutBatch.from_dict(json.load(f))
 
 
 # ----------------------------------------------------------------------------- learner
@@ -608,8 +615,7 @@ def load_checkpoint(path: str, model, optimizer, ref_model) -> dict:
     if ref_model is not None and os.path.exists(os.path.join(path, "reference.pt")):
         ref_model.load_state_dict(load("reference.pt"))
     state = load("state.pt")
-    state["queue"] = deque(RolloutBatch(b["index"], [rollout.Rollout(**r) for r in b["rollouts"]],
-                                        b["rewards"]) for b in state["queue"])
+    state["queue"] = deque(RolloutBatch.from_dict(b) for b in state["queue"])
     return state
 
 
@@ -821,8 +827,7 @@ def train(cfg: dict, sampler=None) -> list:
                                ref_model if cfg["ref_refresh_every"] > 0 else None, {
             "update": t, "next_batch": next_batch, "responses_total": responses_total,
             "skipped_updates": skipped_updates, "skips_in_a_row": skips_in_a_row,
-            "queue": [{"index": b.index, "rewards": b.rewards,
-                       "rollouts": [dataclasses.asdict(r) for r in b.rollouts]} for b in queue],
+            "queue": [b.to_dict() for b in queue],
             "rng": rng_state(),
             # sampling is a pure function of (seed, batch index): recorded to check it on resume
             "seed": cfg["seed"], "next_batch_seed": rollout.batch_seed(cfg["seed"], next_batch)})
@@ -857,18 +862,17 @@ def train(cfg: dict, sampler=None) -> list:
         for t in bar:
             update_start = time.perf_counter()
             times = {}
-            # sample with the current weights (version t-1) only if some update will train on it
+            sample_reward = float("nan")
             if offline:
-                batch, sample_reward = pool_batch(cfg, t), float("nan")
-            elif next_batch < T:
-                batch_new, times = sample_batch(cfg, sampler, next_batch)
-                queue.append(batch_new)
-                next_batch += 1
-                responses_total += len(batch_new.rollouts)
-                sample_reward = sum(batch_new.rewards) / len(batch_new.rewards)
+                batch = pool_batch(cfg, t)
             else:
-                sample_reward = float("nan")
-            if not offline:
+                # sample with the current weights (version t-1) only if some update trains on it
+                if next_batch < T:
+                    batch_new, times = sample_batch(cfg, sampler, next_batch)
+                    queue.append(batch_new)
+                    next_batch += 1
+                    responses_total += len(batch_new.rollouts)
+                    sample_reward = sum(batch_new.rewards) / len(batch_new.rewards)
                 batch = queue.popleft()
             learner_version = t - 1
             metrics = learn(cfg, model, ref_model, optimizer, batch, pad_id)
