@@ -102,32 +102,36 @@ def bench_model(name: str, path: str, repeats: int, losses: list) -> dict:
     (c) runs train.train for two updates in a fresh out_dir and keeps the second.
     """
     import torch
+    import config
+    import learner
+    import rollout
+    import tasks
     import train
 
     on_gpu = torch.cuda.is_available()
     if name == "big":
         build_big_model(path)
 
-    def config(round_, loss):
-        return train.load_config(os.path.join(HERE, "configs", "toy.yaml"), [
+    def run_config(round_, loss):
+        return config.load_config(os.path.join(HERE, "configs", "toy.yaml"), [
             f"model={path}", f"out_dir={tempfile.mkdtemp(prefix='bench-')}", "delay=0",
             "eval_every=0", f"loss={loss}", "updates=2", f"seed={round_}",
             f"build_toy_model={str(name == 'toy').lower()}",
             f"dtype={'bfloat16' if on_gpu else 'float32'}"])
 
-    cfg = config(0, losses[0])
+    cfg = run_config(0, losses[0])
     threads_before = torch.get_num_threads()
     t0 = time.perf_counter()
-    sampler = train.make_sampler(cfg)
+    sampler = rollout.make_sampler(cfg)
     engine_start = time.perf_counter() - t0
     pad_id = sampler.tokenizer.pad_token_id
-    model = train.load_learner(cfg).train()
+    model = learner.load_learner(cfg).train()
     n_params = sum(p.numel() for p in model.parameters())
     gen, gen_tokens, fb, fb_tokens = [], [], [], []
     rows = {loss: [] for loss in losses}
     for round_ in range(1 + repeats):
         # (a) standalone generation of one rollout batch
-        prompts = [p["prompt"] for p in train.prompts_for_batch(cfg, 10_000 + round_)]
+        prompts = [p["prompt"] for p in tasks.prompts_for_batch(cfg, 10_000 + round_)]
         t0 = clock()
         rollouts = sampler.sample(prompts, cfg["group_size"], cfg["max_tokens"],
                                   cfg["temperature"], seed=round_)
@@ -138,7 +142,7 @@ def bench_model(name: str, path: str, repeats: int, losses: list) -> dict:
         fb_tokens.append(sum(len(r.prompt_ids) + len(r.response_ids) for r in rollouts))
         # (c) whole updates of the loop
         for loss in losses:
-            cfg = config(round_, loss)
+            cfg = run_config(round_, loss)
             rows[loss].append(train.train(cfg, sampler=sampler)[-1])
             shutil.rmtree(cfg["out_dir"], ignore_errors=True)
 

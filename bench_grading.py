@@ -16,6 +16,7 @@ import os
 import random
 import time
 
+import grading
 import tasks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -55,25 +56,25 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=32, help="responses per MATH-style problem")
     args = p.parse_args()
     rng = random.Random(0)
-    grade = lambda r, g: tasks.grade_many(r, g, workers=args.workers)
+    grade = lambda r, g: grading.grade_many(r, g, workers=args.workers)
 
     r, g = toy_case(10_000, rng)
     t = timed(lambda: grade(r, g))
     print(f"toy, {len(r)} responses: {1000 * t / len(r):.4f} ms/response "
-          f"(pool items: {tasks.GRADE_STATS['verified']})")
+          f"(pool items: {grading.GRADE_STATS['verified']})")
     for label, distinct in [("math, as evaluated", False), ("math, all distinct", True)]:
         r, g = math_case(args.samples, rng, distinct)
-        before = tasks.GRADE_STATS["verified"]
+        before = grading.GRADE_STATS["verified"]
         cold = timed(lambda: grade(r, g))
         warm = timed(lambda: grade(r, g))
-        print(f"{label}, {len(r)} responses, {tasks.GRADE_STATS['verified'] - before} through "
+        print(f"{label}, {len(r)} responses, {grading.GRADE_STATS['verified'] - before} through "
               f"Math-Verify: {1000 * warm / len(r):.3f} ms/response warm, "
               f"{1000 * cold / len(r):.3f} cold ({'pool start included' if not distinct else 'new pairs'})")
     r, g = math_case(2, rng, True)
-    tasks._math_verify("1", "1", 5)  # import and warm up Math-Verify here first
-    t = timed(lambda: [tasks._math_verify(tasks.last_boxed(x), y, 5) for x, y in zip(r, g)])
+    grading._math_verify("1", "1", 5)  # import and warm up Math-Verify here first
+    t = timed(lambda: [grading._math_verify(grading.last_boxed(x), y, 5) for x, y in zip(r, g)])
     print(f"in-process Math-Verify, main thread, {len(r)} responses: {1000 * t / len(r):.3f} ms/response")
-    print(f"grader stats: {tasks.GRADE_STATS}")
+    print(f"grader stats: {grading.GRADE_STATS}")
 
 
 if __name__ == "__main__":

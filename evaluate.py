@@ -5,14 +5,15 @@
     python evaluate.py --model artifacts/toy_base --benchmarks toy,tests/fixtures/mini_math.jsonl \\
                        --n 4 --template plain
 
-For each problem, n responses are sampled (vLLM, rollout.Sampler) and graded (tasks.grade_many);
+For each problem, n responses are sampled (vLLM, rollout.Sampler) and graded (grading.grade_many);
 c of them are correct.
 - mean@k = mean over problems of c / n: the expected accuracy of one sample, i.e. the mean
   correctness of k samples (c / n is its unbiased estimate for any k <= n).
 - best@k = mean over problems of pass@k = 1 - C(n-c, k) / C(n, k), the unbiased estimator of
   the probability that at least one of k samples is correct (Chen et al., 2021).
 - eval/avg/...: problem-weighted average over the benchmarks evaluated together.
-The same functions run inside train.py on the engine's current weights (no reload from disk).
+The same functions run inside train.py on the engine's current weights (no reload from disk):
+`run_eval` is the train-time evaluation.
 
 Benchmarks: `toy` (synthetic sums), a name in the config's `benchmarks` table (hub data set via
 `datasets`, or the entry's local `file`), or a JSONL file (one problem per line, fields
@@ -27,19 +28,16 @@ import json
 import math
 import os
 import random
-import socket
 import sys
 import time
 
+import config
+import grading
+import rollout
 import tasks
 
-HUB_PROBE_TIMEOUT_S = 3.0  # a quick TCP probe spares datasets' ~25 s of retries when offline
 PARTIAL_MAX_P0 = 0.75      # "solved part of the time": 0 < p0 <= 0.75 (the study's Fig. 5 split)
 EVAL_SEED_OFFSET = 7_777_777  # eval sampling seeds are disjoint from the training stream's
-
-
-class BenchmarkUnavailable(RuntimeError):
-    """A benchmark could be found neither on the hub nor in a local file."""
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -104,128 +102,6 @@ def read_records(path: str, update=None) -> list:
     return list(latest.values())
 
 
-# ----------------------------------------------------------------------------- benchmarks
-
-def toy_benchmark(size: int = 200, seed: int = 1234, digit_weights: dict = None) -> list:
-    """The toy eval set: fixed problems, disjoint in seed from the training stream."""
-    problems = tasks.toy_dataset(size, seed, digit_weights or tasks.TOY_DIGITS)
-    return [{**p, "id": f"toy-{i}"} for i, p in enumerate(problems)]
-
-
-def resolve(entry: str, table: dict) -> tuple:
-    """(name, spec) of one benchmark entry: `toy`, a name in `table`, NAME=PATH, or a path."""
-    if entry == "toy":
-        return "toy", {"toy": True}
-    if "=" in entry:
-        name, path = entry.split("=", 1)
-        return name, {"file": path}
-    if entry in table:
-        return entry, dict(table[entry])
-    if entry.endswith((".jsonl", ".json")) or os.sep in entry:
-        return os.path.splitext(os.path.basename(entry))[0], {"file": entry}
-    raise ValueError(f"unknown benchmark {entry!r}: use toy, one of {sorted(table)} (the "
-                     f"`benchmarks` table of the config), a JSONL file path, or NAME=PATH")
-
-
-def _unavailable(name: str, spec: dict, why: str) -> BenchmarkUnavailable:
-    hub = (f"{spec['hub']}, split {spec['split']}" if spec.get("hub") else "no hub name set")
-    return BenchmarkUnavailable(
-        f"benchmark {name!r} is not available: {why}.\nSupply it in one of two ways:\n"
-        f"  1. Hugging Face hub ({hub}): run where the hub is reachable, or where the HF cache "
-        f"holds it, with HF_HUB_OFFLINE=1;\n"
-        f"  2. a local JSONL file, one problem per line with `problem` and `answer` fields: "
-        f"set benchmarks.{name}.file=PATH in the config or as a key=value override (train.py "
-        f"and evaluate.py take both), or give {name}=PATH in --benchmarks / eval_benchmarks.")
-
-
-def answer_text(value) -> str:
-    """A reference answer as a string: integral floats as integers (AMC files store 27.0)."""
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return str(value).strip()
-
-
-def read_jsonl(name: str, path: str, spec: dict = None) -> list:
-    """Problems of a local JSONL file: `problem` and `answer` fields, optional `id`."""
-    if not os.path.isfile(path):
-        raise _unavailable(name, spec or {}, f"file {path!r} does not exist")
-    problems = []
-    with open(path) as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            missing = [key for key in ("problem", "answer") if key not in row]
-            if missing:
-                raise ValueError(f"{path} line {line_no} lacks the field(s) {missing}; every line "
-                                 f"needs `problem` and `answer` (and may have `id`)")
-            problems.append({"id": str(row.get("id", f"{name}-{len(problems)}")),
-                             "problem": row["problem"], "answer": answer_text(row["answer"])})
-    return problems
-
-
-def hub_reachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> bool:
-    """Whether a TCP connection to the hub endpoint (HF_ENDPOINT or huggingface.co) opens."""
-    from urllib.parse import urlparse
-    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
-                                 timeout=timeout_s).close()
-        return True
-    except OSError:
-        return False
-
-
-def read_hub(name: str, spec: dict) -> list:
-    """Problems of a hub data set through `datasets`, fields named by the spec."""
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-    if not offline and not hub_reachable():
-        raise _unavailable(name, spec, f"the hub ({os.environ.get('HF_ENDPOINT') or 'huggingface.co'}) "
-                                       f"cannot be reached and HF_HUB_OFFLINE is not set")
-    import datasets
-    try:
-        ds = datasets.load_dataset(spec["hub"], spec.get("subset"), split=spec["split"])
-    except Exception as e:  # noqa: BLE001 - any failure here means: not available, say why
-        raise _unavailable(name, spec, f"datasets.load_dataset({spec['hub']!r}, "
-                                       f"split={spec['split']!r}) failed: {type(e).__name__}: {e}") from e
-    fields = [spec["problem_field"], spec["answer_field"]] + [spec["id_field"]] * bool(spec.get("id_field"))
-    missing = [f for f in fields if f not in ds.column_names]
-    if missing:
-        raise ValueError(f"benchmark {name!r}: {spec['hub']} has no field(s) {missing}; its fields "
-                         f"are {ds.column_names}: set benchmarks.{name}.problem_field / "
-                         f"answer_field / id_field in the config")
-    return [{"id": str(row[spec["id_field"]]) if spec.get("id_field") else f"{name}-{i}",
-             "problem": row[spec["problem_field"]], "answer": answer_text(row[spec["answer_field"]])}
-            for i, row in enumerate(ds)]
-
-
-_LOADED = {}
-
-
-def load_benchmark(name: str, spec: dict, template: str = "math", toy_size: int = 200,
-                   toy_digits: dict = None) -> list:
-    """Problems {id, prompt, answer, ...} of one benchmark; loaded once per process."""
-    key = json.dumps([name, spec, template, toy_size, toy_digits], sort_keys=True, default=str)
-    if key not in _LOADED:
-        if spec.get("toy"):
-            problems = toy_benchmark(toy_size, digit_weights=toy_digits)
-        else:
-            if spec.get("file"):
-                problems = read_jsonl(name, spec["file"], spec)
-            elif spec.get("hub"):
-                problems = read_hub(name, spec)
-            else:
-                raise _unavailable(name, spec, "its config entry has neither `file` nor `hub`")
-            problems = [{**p, "prompt": tasks.math_prompt(p["problem"], template)}
-                        for p in problems]
-        ids = [p["id"] for p in problems]
-        if not problems or len(set(ids)) != len(ids):
-            raise ValueError(f"benchmark {name!r} has no problems or repeated ids")
-        _LOADED[key] = problems
-    return _LOADED[key]
-
 
 # ----------------------------------------------------------------------------- evaluation
 
@@ -251,7 +127,7 @@ def benchmark_seed(seed: int, name: str) -> int:
 
 def evaluate(sampler, name: str, problems: list, n: int, max_tokens: int,
              temperature: float = 1.0, k: int = None, seed: int = 0,
-             grade_timeout_s: int = tasks.GRADE_TIMEOUT_S, grade_workers: int = 0):
+             grade_timeout_s: int = grading.GRADE_TIMEOUT_S, grade_workers: int = 0):
     """Sample n responses per problem, grade them; return (metrics, per-problem records)."""
     k = k or n
     if not 1 <= k <= n:
@@ -261,7 +137,7 @@ def evaluate(sampler, name: str, problems: list, n: int, max_tokens: int,
     rollouts = sampler.sample([p["prompt"] for p in problems], n, max_tokens, temperature,
                               benchmark_seed(seed, name))
     t1 = time.perf_counter()
-    correct = tasks.grade_many([r.text for r in rollouts],
+    correct = grading.grade_many([r.text for r in rollouts],
                                [problems[r.prompt_index]["answer"] for r in rollouts],
                                grade_timeout_s, grade_workers, integer_only=name == "toy")
     t2 = time.perf_counter()
@@ -279,7 +155,7 @@ def evaluate(sampler, name: str, problems: list, n: int, max_tokens: int,
 
 def evaluate_benchmarks(sampler, benchmarks: dict, n: int, max_tokens: int,
                         temperature: float = 1.0, k: int = None, seed: int = 0,
-                        grade_timeout_s: int = tasks.GRADE_TIMEOUT_S, grade_workers: int = 0):
+                        grade_timeout_s: int = grading.GRADE_TIMEOUT_S, grade_workers: int = 0):
     """`evaluate` on each of {name: problems}; adds the problem-weighted eval/avg/mean@k and
     best@k and the total seconds spent sampling and grading. Returns (metrics, records)."""
     k = k or n
@@ -298,42 +174,32 @@ def evaluate_benchmarks(sampler, benchmarks: dict, n: int, max_tokens: int,
     return metrics, records
 
 
-# ----------------------------------------------------------------------------- config glue
 
-def eval_k(cfg: dict) -> int:
-    return cfg["eval_k"] or cfg["eval_n"]
-
-
-def check_config(cfg: dict) -> None:
-    """Early checks of the evaluation keys (nothing is loaded): bad values fail at startup."""
-    if not 1 <= eval_k(cfg) <= cfg["eval_n"]:
-        raise ValueError(f"bad config: eval_k must be in 1..eval_n={cfg['eval_n']}, "
-                         f"got {cfg['eval_k']}")
-    tasks.math_prompt("", cfg["prompt_template"])
-    for entry in cfg["eval_benchmarks"]:
-        resolve(entry, cfg["benchmarks"])
-    if cfg["grade_timeout_s"] < 1 or cfg["grade_workers"] < 0:
-        raise ValueError("bad config: grade_timeout_s must be >= 1 and grade_workers >= 0")
-
-
-def load_config_benchmarks(cfg: dict) -> dict:
-    """{name: problems} for cfg['eval_benchmarks']."""
-    out = {}
-    for entry in cfg["eval_benchmarks"]:
-        name, spec = resolve(entry, cfg["benchmarks"])
-        out[name] = load_benchmark(name, spec, cfg["prompt_template"], cfg["eval_toy_size"],
-                                   cfg["toy_digits"])
-    return out
-
+# ----------------------------------------------------------------------------- train-time evaluation
 
 def evaluate_config(cfg: dict, sampler):
     """evaluate_benchmarks with the config's evaluation keys: what train.py runs every eval_every."""
     temperature = cfg["eval_temperature"] if cfg["eval_temperature"] is not None \
         else cfg["temperature"]
-    return evaluate_benchmarks(sampler, load_config_benchmarks(cfg), cfg["eval_n"],
-                               cfg["eval_max_tokens"], temperature, eval_k(cfg),
+    return evaluate_benchmarks(sampler, tasks.load_config_benchmarks(cfg), cfg["eval_n"],
+                               cfg["eval_max_tokens"], temperature, config.eval_k(cfg),
                                cfg["seed"] + EVAL_SEED_OFFSET, cfg["grade_timeout_s"],
                                cfg["grade_workers"])
+
+
+def run_eval(cfg, sampler, update: int, out_dir: str) -> dict:
+    """The train-time evaluation: evaluate the engine's current weights (evaluate_config); append
+    the per-problem records, tagged with `update`, to <out_dir>/eval_records.jsonl; add the
+    difficulty-split metrics against the update-0 (base model) records found there."""
+    path = os.path.join(out_dir, "eval_records.jsonl")
+    metrics, records = evaluate_config(cfg, sampler)
+    with open(path, "a") as f:
+        for r in records:
+            f.write(json.dumps({"update": update, **r}) + "\n")
+    base = read_records(path, update=0)
+    if base:
+        metrics.update(difficulty_metrics(base, records, config.eval_k(cfg)))
+    return metrics
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -362,12 +228,10 @@ def print_table(metrics: dict, benchmarks: dict, n: int, k: int) -> None:
           f"{metrics[f'eval/avg/best@{k}']:>10.4f}  (problem-weighted)")
     gen, grade = metrics["time/eval_generate"], metrics["time/eval_grade"]
     print(f"time: sampling {gen:.2f} s, grading {grade:.2f} s "
-          f"({100 * grade / max(gen + grade, 1e-9):.1f}% of the two); grader: {tasks.GRADE_STATS}")
+          f"({100 * grade / max(gen + grade, 1e-9):.1f}% of the two); grader: {grading.GRADE_STATS}")
 
 
 def main(argv: list) -> dict:
-    import train  # config loading and validation live there: one source of every default
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="Hugging Face model folder")
@@ -392,7 +256,7 @@ def main(argv: list) -> dict:
                                                 "(e.g. benchmarks.math500.file=math500.jsonl)")
     args = p.parse_args(argv)
 
-    cfg = train.load_config(args.config, args.overrides)
+    cfg = config.load_config(args.config, args.overrides)
     for key, value in [("eval_benchmarks", args.benchmarks and args.benchmarks.split(",")),
                        ("eval_n", args.n), ("eval_k", args.k), ("eval_max_tokens", args.max_tokens),
                        ("eval_temperature", args.temperature), ("prompt_template", args.template),
@@ -404,16 +268,15 @@ def main(argv: list) -> dict:
         cfg["vllm"]["gpu_memory_utilization"] = args.gpu_memory_utilization
     if args.n is not None and args.k is None:
         cfg["eval_k"] = None  # k follows the n given here, not the config's k
-    train._validate(cfg)
+    config.validate(cfg)
 
-    benchmarks = load_config_benchmarks(cfg)  # before the engine starts: data errors come first
+    benchmarks = tasks.load_config_benchmarks(cfg)  # before the engine starts: data errors come first
     max_len = args.max_model_len or _needed_model_len(args.model, benchmarks,
                                                       cfg["eval_max_tokens"])
     print(f"evaluating {args.model} on {', '.join(f'{b} ({len(v)})' for b, v in benchmarks.items())}"
-          f": n={cfg['eval_n']} k={eval_k(cfg)} max_tokens={cfg['eval_max_tokens']} "
+          f": n={cfg['eval_n']} k={config.eval_k(cfg)} max_tokens={cfg['eval_max_tokens']} "
           f"max_model_len={max_len} template={cfg['prompt_template']!r}", flush=True)
-    import rollout
-    tasks.start_graders(cfg["grade_workers"])  # they import Math-Verify while the engine starts
+    grading.start_graders(cfg["grade_workers"])  # they import Math-Verify while the engine starts
     t0 = time.perf_counter()
     sampler = rollout.Sampler(args.model, dtype=cfg["dtype"], seed=cfg["seed"],
                               **{**cfg["vllm"], "max_model_len": max_len})
@@ -425,7 +288,7 @@ def main(argv: list) -> dict:
             for r in records:
                 f.write(json.dumps(r) + "\n")
         print(f"{len(records)} per-problem records -> {args.out}")
-    print_table(metrics, benchmarks, cfg["eval_n"], eval_k(cfg))
+    print_table(metrics, benchmarks, cfg["eval_n"], config.eval_k(cfg))
     print(json.dumps({key: round(v, 6) if isinstance(v, float) else v
                       for key, v in metrics.items()}))
     return metrics
@@ -434,5 +297,5 @@ def main(argv: list) -> dict:
 if __name__ == "__main__":
     try:
         main(sys.argv[1:])
-    except BenchmarkUnavailable as e:
+    except tasks.BenchmarkUnavailable as e:
         sys.exit(f"error: {e}")

@@ -16,31 +16,54 @@ Entry point (what train.py calls)::
     loss, metrics = compute_loss(name, logp=, behavior_logp=, ref_logp=, mask=, rewards=,
                                  group_size=m, **hparams)
 
-``name`` is a key of ``LOSSES``; ``hparams`` keys are those of ``DEFAULTS``. ``metrics`` is a
+``name`` is a key of ``LOSSES``; ``hparams`` keys are those of ``DEFAULTS`` (the one place
+the hyperparameter defaults live; configs/defaults.yaml repeats them and a test keeps the two equal). ``metrics`` is a
 dict of Python floats: loss, k3, clip_frac, coef_correct_sum, coef_abs_mean, and
 tis_weight_mean / tis_clip_frac (grpo_tis), ggpo_ess_success (ggpo).
 A response is "correct" when r_i == 1; a group is "mixed" when it has at least one correct
 and one not-correct response.
 
-Every objective in ``LOSSES`` has the signature
+Every objective is registered on the line above its function, ``@register(name, needs_ref=...,
+label=...)``, and has the signature
 ``fn(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp) -> (loss, coef, extra)``
 with ``coef`` the detached per-response coefficient [B] and ``extra`` a dict of scalar
 tensors. They expect what compute_loss hands them: mask a float 0/1 tensor, padding positions
 of every [B, T] input set to 0, behavior/ref detached, ``hp`` the full hyperparameter dict.
 """
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 DEFAULTS = {"beta": 0.01, "clip_low": 0.2, "clip_high": 0.2, "tis_cap": 2.0,
             "grpo_anchor": "proximal", "ggpo_variant": "detached"}
-NEEDS_REF = {"grpo": False, "grpo_tis": False, "agro": True, "ggpo": True}
+
+
+@dataclass(frozen=True)
+class Objective:
+    fn: Callable          # (logp, behavior_logp, ref_logp, mask, rewards, group_size, hp) -> (loss, coef, extra)
+    needs_ref: bool       # reads ref_logp: the trainer keeps a reference model only for these
+    label: str            # name in figures and tables
+
+
+LOSSES = {}  # name -> Objective, in registration order (the order of every figure's legend)
+
+
+def register(name, *, needs_ref, label):
+    """Register the decorated function as objective ``name`` (the config's ``loss``)."""
+    def add(fn):
+        if name in LOSSES:
+            raise ValueError(f"objective {name!r} is registered twice")
+        LOSSES[name] = Objective(fn, needs_ref, label)
+        return fn
+    return add
 
 
 def needs_ref(name):
     """True when objective ``name`` needs reference log-probs (so the trainer can skip them)."""
     _check_name(name)
-    return NEEDS_REF[name]
+    return LOSSES[name].needs_ref
 
 
 def _grpo_advantages(rewards, m):
@@ -59,6 +82,7 @@ def _clipped_surrogate(logp, anchor, A, clip_low, clip_high):
     return token_loss, clipped
 
 
+@register("grpo", needs_ref=False, label="GRPO")
 def grpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GRPO.
 
@@ -75,6 +99,7 @@ def grpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return (tok * mask).sum() / n, A.detach(), {"clip_frac": (clipped * mask).sum() / n}
 
 
+@register("grpo_tis", needs_ref=False, label="GRPO+TIS")
 def grpo_tis(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GRPO+TIS: GRPO with the proximal anchor, each token loss times a truncated IS weight.
 
@@ -93,6 +118,7 @@ def grpo_tis(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return (w * tok * mask).sum() / n, A.detach(), extra
 
 
+@register("agro", needs_ref=True, label="AGRO")
 def agro(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""AGRO (any-generation reward optimization); no importance weights.
 
@@ -108,6 +134,7 @@ def agro(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return -(a * L).sum() / mask.sum(), a, {}
 
 
+@register("ggpo", needs_ref=True, label="GGPO")
 def ggpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GGPO (group Gibbs policy optimization; this project's reconstruction).
 
@@ -151,9 +178,6 @@ def ggpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return loss, c, {"clip_frac": (dropped * mask).sum() / n, "ggpo_ess_success": ess_mean}
 
 
-LOSSES = {"grpo": grpo, "grpo_tis": grpo_tis, "agro": agro, "ggpo": ggpo}
-
-
 def k3(logp, behavior_logp, mask):
     """Token-mean over mask of (rho - 1) - log rho, rho = exp(logp - behavior_logp), detached:
     an estimate of KL(behavior || learner) (Schulman, 2020). Padding positions are ignored."""
@@ -179,7 +203,8 @@ def _check_name(name):
         raise ValueError(f"unknown loss name {name!r}; choose one of {sorted(LOSSES)}")
 
 
-def _check_hparams(name, hparams):
+def check_hparams(name, hparams):
+    """The full hyperparameter dict (DEFAULTS updated by ``hparams``); ValueError naming a bad one."""
     unknown = sorted(set(hparams) - set(DEFAULTS))
     if unknown:
         raise ValueError(f"unknown hyperparameter(s) {unknown} for compute_loss; "
@@ -208,8 +233,8 @@ def _check_hparams(name, hparams):
 def _check_tensors(name, logp, behavior_logp, ref_logp, mask, rewards, m):
     if isinstance(m, bool) or not isinstance(m, int) or m < 2:
         raise ValueError(f"group_size must be an int >= 2 (baselines need two responses), got {m!r}")
-    if ref_logp is None and NEEDS_REF[name]:
-        raise ValueError(f"{name} needs ref_logp (reference log-probs); pass them, see NEEDS_REF")
+    if ref_logp is None and LOSSES[name].needs_ref:
+        raise ValueError(f"{name} needs ref_logp (reference log-probs); pass them, see needs_ref")
     named = {"logp": logp, "behavior_logp": behavior_logp, "mask": mask, "rewards": rewards}
     if ref_logp is not None:
         named["ref_logp"] = ref_logp
@@ -250,7 +275,7 @@ def compute_loss(name, *, logp, behavior_logp, ref_logp=None, mask, rewards, gro
     coef_abs_mean (mean |coefficient| over responses), plus the objective's own ones.
     Raises ValueError on bad input."""
     _check_name(name)
-    hp = _check_hparams(name, hparams)
+    hp = check_hparams(name, hparams)
     _check_tensors(name, logp, behavior_logp, ref_logp, mask, rewards, group_size)
     dt = torch.promote_types(logp.dtype, torch.float32)
     mb = mask.bool()
@@ -263,7 +288,7 @@ def compute_loss(name, *, logp, behavior_logp, ref_logp=None, mask, rewards, gro
 
     lp, blp, rlp = clean(logp, grad=True), clean(behavior_logp), clean(ref_logp)
     r = rewards.detach().to(device=logp.device, dtype=dt)
-    loss, coef, extra = LOSSES[name](lp, blp, rlp, mb.to(dt), r, group_size, hp)
+    loss, coef, extra = LOSSES[name].fn(lp, blp, rlp, mb.to(dt), r, group_size, hp)
 
     g, correct = coef.view(-1, group_size), (r == 1).view(-1, group_size)
     k = correct.sum(1)

@@ -25,11 +25,16 @@ from collections import defaultdict
 import matplotlib
 import yaml
 
+import losses
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-LOSS_STYLE = {"grpo": ("GRPO", "tab:orange", "-"), "grpo_tis": ("GRPO+TIS", "tab:purple", "--"),
-              "agro": ("AGRO", "tab:green", "-"), "ggpo": ("GGPO", "tab:blue", "-")}
+# colors and line styles of the study's four objectives; any other objective (registered in
+# losses.py, or found in a run folder) gets a spare color, so it shows in every figure
+STUDY_STYLE = {"grpo": ("tab:orange", "-"), "grpo_tis": ("tab:purple", "--"),
+               "agro": ("tab:green", "-"), "ggpo": ("tab:blue", "-")}
+SPARE_COLORS = ["tab:red", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray"]
 # Fig. 7: training-time metrics, averaged over the last 10% of each run's updates
 DIAGNOSTICS = [("k3", 1e3, "K3 (x1e-3)"), ("entropy", 1, "entropy"), ("clip_frac", 1, "clip fraction"),
                ("tis_weight_mean", 1, "TIS weight mean"), ("ggpo_ess_success", 1, "GGPO ESS (successes)"),
@@ -103,8 +108,23 @@ def by(runs: list, label) -> dict:
     return dict(groups)
 
 
+def loss_order(runs: list = ()) -> list:
+    """Registered objectives in registration order, then those of runs that are not registered."""
+    return list(losses.LOSSES) + sorted({r["loss"] for r in runs} - set(losses.LOSSES))
+
+
+def loss_style(loss: str, runs: list = ()) -> tuple:
+    """(label, color, line style) of an objective in every figure."""
+    label = losses.LOSSES[loss].label if loss in losses.LOSSES else loss
+    if loss in STUDY_STYLE:
+        return (label, *STUDY_STYLE[loss])
+    others = [name for name in loss_order(runs) if name not in STUDY_STYLE]
+    return label, SPARE_COLORS[others.index(loss) % len(SPARE_COLORS)], "-."
+
+
 def by_loss(runs: list) -> dict:
-    return {loss: [r for r in runs if r["loss"] == loss] for loss in LOSS_STYLE
+    """{objective: its runs} for the objectives that have runs, in loss_order."""
+    return {loss: [r for r in runs if r["loss"] == loss] for loss in loss_order(runs)
             if any(r["loss"] == loss for r in runs)}
 
 
@@ -177,7 +197,7 @@ def fig1(root: str, out: str, window: int = 20, delay: int = 8, **_) -> None:
     table = ["| objective | K3 x1e-3 (last 10%) | entropy (last 10%) | final best | final mean |",
              "| --- | --- | --- | --- | --- |"]
     for loss, group in by_loss(runs).items():
-        label, color, style = LOSS_STYLE[loss]
+        label, color, style = loss_style(loss, runs)
         for ax, (key, scale, title, w) in zip(axes, panels):
             curve(ax, group, key, scale, w, color=color, linestyle=style, label=label)
             ax.set_title(title, fontsize=10)
@@ -206,7 +226,8 @@ def fig3(root: str, out: str, **_) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     lines = ["| objective | " + " | ".join(f"N={d}" for d in delays) + " |",
              "| --- |" + " --- |" * len(delays)]
-    for loss, (label, color, style) in LOSS_STYLE.items():
+    for loss in by_loss(runs):
+        label, color, style = loss_style(loss, runs)
         points = [(delays.index(d), v) for (l, d), v in sorted(table.items()) if l == loss]
         if not points:
             continue
@@ -228,8 +249,8 @@ def fig2(root: str, out: str, **_) -> None:
     runs = load_runs(root)
     delays = sorted({r["delay"] for r in runs})
     colors = {d: plt.cm.viridis(i / max(1, len(delays) - 1)) for i, d in enumerate(delays)}
-    losses = by_loss(runs)
-    fig, axes = plt.subplots(1, 1 + len(losses), figsize=(4 * (1 + len(losses)), 3.6))
+    groups = by_loss(runs)
+    fig, axes = plt.subplots(1, 1 + len(groups), figsize=(4 * (1 + len(groups)), 3.6))
     table = ["| N | responses before update 1 | responses at the end |", "| --- | --- | --- |"]
     for r in runs:  # runs logged before the update-0 row carried the count: none generated yet
         r["rows"] = [{"responses_total": 0, **row} for row in r["rows"]]
@@ -241,7 +262,7 @@ def fig2(root: str, out: str, **_) -> None:
         warmup = at[1] - (at[2] - at[1]) if 2 in at else at[1]
         table.append(f"| {d} | {warmup:,} | {ys[-1]:,} |")
     axes[0].set(title="generated responses (M)", xlabel="optimizer updates")
-    for ax, (loss, group) in zip(axes[1:], losses.items()):
+    for ax, (loss, group) in zip(axes[1:], groups.items()):
         key = eval_key(group[0]["rows"], "mean@", average=True)
         for d in delays:
             same_n = [r for r in group if r["delay"] == d]
@@ -249,7 +270,7 @@ def fig2(root: str, out: str, **_) -> None:
                 xs, per_x = over_seeds(same_n, key, x="responses_total")
                 ax.plot([x / 1e6 for x in xs], [100 * mean(v) for v in per_x], marker=".",
                         color=colors[d], label=f"N={d}")
-        ax.set(title=f"{LOSS_STYLE[loss][0]}: {key[5:]} (%)", xlabel="generated responses (M)")
+        ax.set(title=f"{loss_style(loss, runs)[0]}: {key[5:]} (%)", xlabel="generated responses (M)")
     finish(fig, axes, out, f"Sampling budget ({seeds_note(runs)}): every response the sampler "
                            f"generated, warm-up batches included", table)
 
@@ -265,7 +286,7 @@ def fig5(root: str, out: str, delay: int = 8, **_) -> None:
     sizes = (rows0[f"eval/{bench}/partial_count"], rows0[f"eval/{bench}/unsolved_count"])
     table = ["| objective | final partial mean (%) | final unsolved solved (%) |", "| --- | --- | --- |"]
     for loss, group in by_loss(runs).items():
-        label, color, style = LOSS_STYLE[loss]
+        label, color, style = loss_style(loss, runs)
         finals = []
         for ax, key in zip(axes, keys):
             xs, per_x = curve(ax, group, key, 100, band=True, color=color, linestyle=style,
@@ -285,7 +306,7 @@ def fig7(root: str, out: str, **_) -> None:
     table = ["| objective | N | " + " | ".join(t for _, _, t in DIAGNOSTICS) + " |",
              "| --- | --- |" + " --- |" * len(DIAGNOSTICS)]
     for loss, group in by_loss(runs).items():
-        label, color, style = LOSS_STYLE[loss]
+        label, color, style = loss_style(loss, runs)
         cells = defaultdict(dict)
         for ax, (key, scale, title) in zip(axes.flat, DIAGNOSTICS):
             points = []
@@ -315,7 +336,7 @@ def fig4(root: str, out: str, **_) -> None:
     table = ["| objective | " + " | ".join(f"update {x}" for x in xs0) + " |",
              "| --- |" + " --- |" * len(xs0)]
     for loss, group in by_loss(runs).items():
-        label, color, style = LOSS_STYLE[loss]
+        label, color, style = loss_style(loss, runs)
         _, per_x = curve(axes[0], group, key, 100, band=True, color=color, linestyle=style,
                          marker=".", label=label)
         curve(axes[1], group, "k3", 1e3, window=20, color=color, linestyle=style, label=label)

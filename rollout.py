@@ -1,15 +1,28 @@
-"""The vLLM sampler: one in-process engine, sampling with per-token behavior log-probs, weight sync.
+"""Where rollout batches come from: the vLLM sampler, the batch type, sampling a batch, the offline pool.
 
-`Sampler.sample` returns one `Rollout` per response. Its `behavior_logp` are the log-probs of
+`Sampler` is one in-process engine. `Sampler.sample` returns one `Rollout` per response. Its `behavior_logp` are the log-probs of
 the sampled tokens under the distribution actually sampled from (temperature applied, top_p 1,
 no top-k: vLLM's `processed_logprobs`), so importance ratios against the learner are exact.
 `Sampler.sync` pushes the learner's weights into the engine in place (no reload from disk).
+`sample_batch` samples and grades one `RolloutBatch`: prompts_per_update groups of group_size.
+Offline training (offline_pool.path set): `make_pool` samples a fixed pool of batches with the base
+model once, and `pool_batch(cfg, t)` is the batch update t trains on.
 """
+import dataclasses
+import json
 import logging
 import os
 import random
 import sys
+import time
 from dataclasses import dataclass
+
+from tqdm import tqdm
+
+import checkpoint
+import config
+import grading
+import tasks
 
 # The engine must live in this process so that weights can be pushed into it by reference, and
 # vLLM's CPU backend otherwise takes most of the machine's memory for KV cache.
@@ -111,3 +124,108 @@ def _refresh_tied_lm_head(worker) -> None:
     lm_head = getattr(model, "lm_head", None)
     if lm_head is not None and getattr(model.config, "tie_word_embeddings", False):
         lm_head.quant_method.process_weights_after_loading(lm_head)
+
+
+# ----------------------------------------------------------------------------- rollout batches
+
+@dataclass
+class RolloutBatch:
+    """One rollout batch: prompts_per_update groups of group_size responses, graded."""
+    index: int            # position in the stream of sampled batches
+    rollouts: list        # rollout.Rollout, grouped by prompt
+    rewards: list         # float per rollout
+
+    def to_dict(self) -> dict:
+        """Plain lists and numbers, for checkpoints and offline pool files."""
+        return {"index": self.index, "rewards": self.rewards,
+                "rollouts": [dataclasses.asdict(r) for r in self.rollouts]}
+
+    @classmethod
+    def from_dict(cls, b: dict) -> "RolloutBatch":
+        return cls(b["index"], [Rollout(**r) for r in b["rollouts"]], b["rewards"])
+
+
+def make_sampler(cfg: dict):
+    """The vLLM engine for a run's base model (one per process; sweeps share it)."""
+    tasks.prepare_model(cfg)
+    return Sampler(cfg["model"], dtype=cfg["sampler_dtype"] or cfg["dtype"], seed=cfg["seed"],
+                   **cfg["vllm"])
+
+
+def sample_batch(cfg, sampler, index: int) -> tuple:
+    """Sample and grade rollout batch `index` with the engine's current weights."""
+    problems = tasks.prompts_for_batch(cfg, index)
+    t0 = time.perf_counter()
+    rollouts = sampler.sample([p["prompt"] for p in problems], cfg["group_size"],
+                              cfg["max_tokens"], cfg["temperature"],
+                              seed=batch_seed(cfg["seed"], index))
+    t1 = time.perf_counter()
+    correct = grading.grade_many([r.text for r in rollouts],
+                                 [problems[r.prompt_index]["answer"] for r in rollouts],
+                                 cfg["grade_timeout_s"], cfg["grade_workers"],
+                                 integer_only=cfg["task"] == "toy")
+    rewards = [float(c) for c in correct]
+    t2 = time.perf_counter()
+    return RolloutBatch(index, rollouts, rewards), {"time/generate": t1 - t0, "time/grade": t2 - t1}
+
+
+# ----------------------------------------------------------------------------- the offline pool
+
+def pool_recipe(cfg: dict) -> dict:
+    """What an offline pool's responses depend on; a run refuses a pool made with another."""
+    keys = ["model", "task", "prompt_template", "group_size", "prompts_per_update", "max_tokens",
+            "temperature", "grade_timeout_s"]
+    keys += ["toy_digits"] if cfg["task"] == "toy" else ["train_data"]
+    recipe = {k: cfg[k] for k in keys}
+    recipe.update(sampler_dtype=cfg["sampler_dtype"] or cfg["dtype"],
+                  batches=cfg["offline_pool"]["batches"], seed=cfg["offline_pool"]["seed"])
+    return json.loads(json.dumps(recipe))  # as read back from the file (int keys become str)
+
+
+def check_pool_recipe(cfg: dict) -> None:
+    """Refuse a pool folder whose recipe.json differs from this run's recipe."""
+    path = os.path.join(cfg["offline_pool"]["path"], "recipe.json")
+    with open(path) as f:
+        made_with = json.load(f)
+    recipe = pool_recipe(cfg)
+    if made_with != recipe:
+        raise ValueError(f"offline pool {cfg['offline_pool']['path']} was made with another recipe "
+                         f"({'; '.join(config.config_differences(made_with, recipe))}): delete "
+                         f"it to make a new pool, or set offline_pool.path elsewhere")
+
+
+def _pool_batch_file(cfg: dict, index: int) -> str:
+    return os.path.join(cfg["offline_pool"]["path"], f"batch-{index:06d}.json")
+
+
+def make_pool(cfg: dict, sampler) -> None:
+    """Offline training: sample the batches of the pool folder offline_pool.path that are not
+    there yet, with the engine's current weights (the caller's base model). Batch i holds the
+    prompts of batch i of a run seeded offline_pool.seed; each batch file is written atomically,
+    so a stopped generation continues where it stopped. A complete pool is left untouched."""
+    path = cfg["offline_pool"]["path"]
+    os.makedirs(path, exist_ok=True)
+    if not os.path.exists(os.path.join(path, "recipe.json")):
+        checkpoint.write_atomic(os.path.join(path, "recipe.json"),
+                                json.dumps(pool_recipe(cfg), indent=1))
+    check_pool_recipe(cfg)
+    missing = [i for i in range(cfg["offline_pool"]["batches"])
+               if not os.path.exists(_pool_batch_file(cfg, i))]
+    for i in tqdm(missing, desc=f"offline pool {path}", dynamic_ncols=True, disable=not missing):
+        batch, _ = sample_batch({**cfg, "seed": cfg["offline_pool"]["seed"]}, sampler, i)
+        checkpoint.write_atomic(_pool_batch_file(cfg, i), json.dumps(batch.to_dict()))
+
+
+def pool_batch(cfg: dict, update: int) -> RolloutBatch:
+    """The pool batch that `update` (1-based) trains on, read from its file: the run's seed
+    orders the pool, each pass over it in a new order. Read one at a time, so a pool of any
+    size costs the memory of one batch."""
+    size = cfg["offline_pool"]["batches"]
+    epoch, pos = divmod(update - 1, size)
+    file = _pool_batch_file(cfg, tasks.epoch_order(cfg["seed"], epoch, size)[pos])
+    if not os.path.exists(file):
+        raise FileNotFoundError(f"offline pool batch {file} is missing: the pool was made when this "
+                                f"run started and cannot be made again from trained weights; "
+                                f"restore it, or start a new run with a new offline_pool.path")
+    with open(file) as f:
+        return RolloutBatch.from_dict(json.load(f))

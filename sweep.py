@@ -27,6 +27,8 @@ import sys
 
 import yaml
 
+import config
+import rollout
 import train
 
 
@@ -72,7 +74,7 @@ def main(argv=None) -> None:
     with open(args.sweep) as f:
         sweep = yaml.safe_load(f)
     runs = expand(sweep)
-    configs = [train.load_config(sweep["config"], overrides) for _, overrides in runs]
+    configs = [config.load_config(sweep["config"], overrides) for _, overrides in runs]
     if args.print:
         for _, overrides in runs:
             print(" ".join(["python", "train.py", sweep["config"], *map(shlex.quote, overrides)]))
@@ -84,7 +86,7 @@ def main(argv=None) -> None:
     for i, (cfg, out_dir) in enumerate(todo):
         print(f"[{i + 1}/{len(todo)}] {out_dir}", file=sys.stderr)
         if sampler is None:
-            sampler = train.make_sampler(cfg)
+            sampler = rollout.make_sampler(cfg)
         train.train({**cfg, "resume": True}, sampler=sampler)  # an unfinished run continues
         if train.STOP["signal"]:  # SIGINT/SIGTERM: this run checkpointed; rerun to continue
             sys.exit(128 + train.STOP["signal"])

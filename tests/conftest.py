@@ -27,10 +27,10 @@ def sampler(toy_model):
 
 def toy_config(tmp_path, **overrides):
     """A tiny, fast config for the loop tests."""
-    import train
-    cfg = train.load_config(os.path.join(ROOT, "configs", "toy.yaml"))
+    import config
+    cfg = config.load_config(os.path.join(ROOT, "configs", "toy.yaml"))
     cfg.update(out_dir=str(tmp_path), model=TOY_MODEL, updates=4, prompts_per_update=4,
                group_size=4, micro_batch_size=8, eval_every=0)
     cfg.update(overrides)
-    train._validate(cfg)
+    config.validate(cfg)
     return cfg

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 import sweep
-import train
+import config
 from conftest import ROOT
 
 CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml")))
@@ -16,12 +16,12 @@ SWEEPS = [c for c in CONFIGS if os.path.basename(c).startswith("sweep_")]
 
 @pytest.mark.parametrize("path", [c for c in CONFIGS if c not in SWEEPS], ids=os.path.basename)
 def test_config_loads(path):
-    cfg = train.load_config(path)
+    cfg = config.load_config(path)
     assert cfg["group_size"] >= 2
 
 
 def test_study_config_is_the_study_setting():
-    cfg = train.load_config(os.path.join(ROOT, "configs", "qwen3_1.7b_base.yaml"))
+    cfg = config.load_config(os.path.join(ROOT, "configs", "qwen3_1.7b_base.yaml"))
     assert (cfg["delay"], cfg["group_size"], cfg["updates"], cfg["eval_n"]) == (8, 8, 8000, 32)
     assert cfg["task"] == "math" and cfg["dtype"] == "float32" and cfg["autocast"] == "bfloat16"
     assert cfg["eval_benchmarks"] == ["math500", "aime24", "aime25", "amc23", "minerva"]
@@ -40,7 +40,7 @@ def test_sweep_expands_and_every_run_validates(path, capsys, monkeypatch):
         * len(grid["seed"]) * math.prod(others)
     assert len({d for d, _ in runs}) == len(runs)
     for _, overrides in runs:
-        train.load_config(spec["config"], overrides)
+        config.load_config(spec["config"], overrides)
     sweep.main([path, "--print"])
     assert len(capsys.readouterr().out.strip().splitlines()) == len(runs)
 
@@ -55,7 +55,7 @@ def test_sweep_grid_over_any_config_key_names_each_run():
                                         "r/ggpo_N8_s0_beta-0.01_ref_refresh_every-25",
                                         "r/ggpo_N8_s0_beta-0.1_ref_refresh_every-0"]
     assert len(runs) == 8
-    cfg = train.load_config(spec["config"], runs[3][1])
+    cfg = config.load_config(spec["config"], runs[3][1])
     assert (cfg["loss_args"]["beta"], cfg["ref_refresh_every"], cfg["seed"], cfg["eval_every"]) \
         == (0.1, 25, 0, 50)
     assert cfg["loss_args"]["clip_high"] == 0.2  # the other loss_args keep their values
@@ -65,6 +65,6 @@ def test_sweep_grid_over_any_config_key_names_each_run():
 
 def test_offline_pool_needs_delay_zero():
     with pytest.raises(ValueError, match="delay must be 0"):
-        train.load_config(None, ["offline_pool.path=pool.jsonl", "delay=8"])
-    cfg = train.load_config(None, ["offline_pool.path=pool.jsonl", "delay=0"])
+        config.load_config(None, ["offline_pool.path=pool.jsonl", "delay=8"])
+    cfg = config.load_config(None, ["offline_pool.path=pool.jsonl", "delay=0"])
     assert cfg["offline_pool"] == {"path": "pool.jsonl", "batches": 400, "seed": 0}

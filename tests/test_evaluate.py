@@ -9,8 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
+import config
 import evaluate
 import rollout
+import tasks
 import train
 from conftest import ROOT, toy_config
 
@@ -117,26 +119,26 @@ def test_read_records_keeps_the_last_evaluation_of_an_update(tmp_path):
 # ----------------------------------------------------------------------------- loading
 
 def test_fixture_benchmarks_load_with_the_prompt_template():
-    problems = evaluate.load_benchmark("mini_math", {"file": MINI_MATH}, template="math")
+    problems = tasks.load_benchmark("mini_math", {"file": MINI_MATH}, template="math")
     assert len(problems) == 34 and problems[0]["id"] == "mini_math-0"
     assert problems[0]["answer"] == r"\frac{3}{4}"
     assert problems[0]["prompt"].startswith("Question: Compute $\\frac{1}{2}")
     assert "\\boxed{}" in problems[0]["prompt"]
-    aime = evaluate.load_benchmark("mini_aime", {"file": MINI_AIME}, template="plain")
+    aime = tasks.load_benchmark("mini_aime", {"file": MINI_AIME}, template="plain")
     # no ids in the file: numbered by row; integer answers become strings
     assert [p["id"] for p in aime[:2]] == ["mini_aime-0", "mini_aime-1"]
     assert aime[0]["answer"] == "56" and aime[0]["prompt"] == aime[0]["problem"]
 
 
 def test_resolve_benchmark_entries():
-    table = train.load_config(None)["benchmarks"]
-    assert evaluate.resolve("toy", table) == ("toy", {"toy": True})
-    assert evaluate.resolve("math500", table)[1]["hub"] == "HuggingFaceH4/MATH-500"
-    assert evaluate.resolve("mine=/data/x.jsonl", table) == ("mine", {"file": "/data/x.jsonl"})
-    assert evaluate.resolve(MINI_AIME, table) == ("mini_aime", {"file": MINI_AIME})
+    table = config.load_config(None)["benchmarks"]
+    assert tasks.resolve("toy", table) == ("toy", {"toy": True})
+    assert tasks.resolve("math500", table)[1]["hub"] == "HuggingFaceH4/MATH-500"
+    assert tasks.resolve("mine=/data/x.jsonl", table) == ("mine", {"file": "/data/x.jsonl"})
+    assert tasks.resolve(MINI_AIME, table) == ("mini_aime", {"file": MINI_AIME})
     with pytest.raises(ValueError, match="unknown benchmark 'math50'.*NAME=PATH"):
-        evaluate.resolve("math50", table)
-    assert evaluate.answer_text(27.0) == "27" and evaluate.answer_text(["5"]) == "5"
+        tasks.resolve("math50", table)
+    assert tasks.answer_text(27.0) == "27" and tasks.answer_text(["5"]) == "5"
 
 
 def _assert_names_both_ways(message, name):
@@ -146,9 +148,9 @@ def _assert_names_both_ways(message, name):
 
 
 def test_missing_file_names_the_benchmark_and_both_ways(tmp_path):
-    spec = {**train.load_config(None)["benchmarks"]["aime25"], "file": str(tmp_path / "no.jsonl")}
-    with pytest.raises(evaluate.BenchmarkUnavailable) as err:
-        evaluate.load_benchmark("aime25", spec)
+    spec = {**config.load_config(None)["benchmarks"]["aime25"], "file": str(tmp_path / "no.jsonl")}
+    with pytest.raises(tasks.BenchmarkUnavailable) as err:
+        tasks.load_benchmark("aime25", spec)
     _assert_names_both_ways(str(err.value), "aime25")
     assert "no.jsonl' does not exist" in str(err.value) and "math-ai/aime25" in str(err.value)
 
@@ -156,10 +158,10 @@ def test_missing_file_names_the_benchmark_and_both_ways(tmp_path):
 def test_unreachable_hub_fails_fast_with_both_ways(monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    spec = train.load_config(None)["benchmarks"]["math500"]
+    spec = config.load_config(None)["benchmarks"]["math500"]
     t0 = time.perf_counter()
-    with pytest.raises(evaluate.BenchmarkUnavailable) as err:
-        evaluate.load_benchmark("math500", spec)
+    with pytest.raises(tasks.BenchmarkUnavailable) as err:
+        tasks.load_benchmark("math500", spec)
     assert time.perf_counter() - t0 < 5
     _assert_names_both_ways(str(err.value), "math500")
     assert "cannot be reached" in str(err.value) and "HuggingFaceH4/MATH-500" in str(err.value)
@@ -167,11 +169,11 @@ def test_unreachable_hub_fails_fast_with_both_ways(monkeypatch):
 
 def test_offline_hub_without_cache_fails_fast_through_datasets(tmp_path):
     """HF_HUB_OFFLINE=1 and an empty cache: datasets itself refuses, and the error says how to fix."""
-    spec = train.load_config(None)["benchmarks"]["amc23"]
+    spec = config.load_config(None)["benchmarks"]["amc23"]
     code = ("import evaluate\n"
             "try:\n"
-            f"    evaluate.load_benchmark('amc23', {spec!r})\n"
-            "except evaluate.BenchmarkUnavailable as e:\n"
+            f"    tasks.load_benchmark('amc23', {spec!r})\n"
+            "except tasks.BenchmarkUnavailable as e:\n"
             "    print(e)\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path), "PYTHONPATH": ROOT}
     t0 = time.perf_counter()
@@ -186,14 +188,14 @@ def test_bad_jsonl_and_config_errors(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl line 2 lacks the field\(s\) \['answer'\]"):
-        evaluate.read_jsonl("bad", str(bad))
+        tasks.read_jsonl("bad", str(bad))
     with pytest.raises(ValueError, match="eval_k must be in 1..eval_n=4"):
-        train.load_config(None, ["eval_k=8"])
+        config.load_config(None, ["eval_k=8"])
     with pytest.raises(ValueError, match="unknown benchmark 'amc"):
-        train.load_config(None, ["eval_benchmarks=[toy, amc]"])
+        config.load_config(None, ["eval_benchmarks=[toy, amc]"])
     with pytest.raises(ValueError, match="containing {problem}"):
-        train.load_config(None, ["prompt_template=Solve it."])
-    cfg = train.load_config(None, ["benchmarks.amc23.file=/data/amc23.jsonl", "eval_n=32"])
+        config.load_config(None, ["prompt_template=Solve it."])
+    cfg = config.load_config(None, ["benchmarks.amc23.file=/data/amc23.jsonl", "eval_n=32"])
     assert cfg["benchmarks"]["amc23"]["file"] == "/data/amc23.jsonl"
     assert cfg["benchmarks"]["amc23"]["hub"] == "math-ai/amc23"  # the rest of the entry stays
 
@@ -224,6 +226,6 @@ def test_train_evaluates_current_weights_and_writes_records(tmp_path, sampler):
     assert evals[0].get("eval/toy/unsolved_solved_frac", 0.0) == 0.0  # against itself
     assert rows[-1]["time/eval"] >= rows[-1]["time/eval_generate"] + rows[-1]["time/eval_grade"]
     # the study's template does not fit the toy's context: an early, clear error
-    math_prompts = evaluate.load_benchmark("mini_math", {"file": MINI_MATH}, template="math")
+    math_prompts = tasks.load_benchmark("mini_math", {"file": MINI_MATH}, template="math")
     with pytest.raises(ValueError, match="raise vllm.max_model_len"):
         evaluate.check_prompt_lengths(sampler, "mini_math", math_prompts, 16)

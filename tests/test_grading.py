@@ -1,6 +1,6 @@
 """Grading: answer equivalences that must hold and must not, the cheap path, timeouts, threads.
 
-All equivalence cases are graded in one tasks.grade_many batch (one trip to the grader pool);
+All equivalence cases are graded in one grading.grade_many batch (one trip to the grader pool);
 each case is then its own test, so a regression names the exact pair.
 """
 import os
@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import grading
 import tasks
 from conftest import ROOT
 
@@ -62,7 +63,7 @@ CASES = [(p, g, True) for p, g in HOLD] + [(p, g, True) for p, g, _ in HOLD_XFAI
 @pytest.fixture(scope="module")
 def verdicts():
     """Every case graded in one batch: {(prediction, answer): bool}."""
-    got = tasks.grade_many([f"so the answer is \\boxed{{{p}}}." for p, _, _ in CASES],
+    got = grading.grade_many([f"so the answer is \\boxed{{{p}}}." for p, _, _ in CASES],
                            [g for _, g, _ in CASES])
     return {(p, g): v for (p, g, _), v in zip(CASES, got)}
 
@@ -84,26 +85,26 @@ def test_wrong_answers_fail(verdicts, pred, gold):
 
 
 def test_last_boxed_and_missing_box():
-    assert tasks.last_boxed(r"\boxed{1} then \boxed{\frac{a}{b}}") == r"\frac{a}{b}"
-    assert tasks.last_boxed(r"no box") is None
-    assert tasks.last_boxed(r"\boxed{unclosed") is None
-    assert tasks.grade_many(["the answer is 5", r"\boxed{}", r"\boxed{5"], ["5", "5", "5"]) \
+    assert grading.last_boxed(r"\boxed{1} then \boxed{\frac{a}{b}}") == r"\frac{a}{b}"
+    assert grading.last_boxed(r"no box") is None
+    assert grading.last_boxed(r"\boxed{unclosed") is None
+    assert grading.grade_many(["the answer is 5", r"\boxed{}", r"\boxed{5"], ["5", "5", "5"]) \
         == [False, False, False]
 
 
 def test_toy_responses_never_reach_the_grader_pool():
     """Integer and exact-string answers are settled in this process, without IPC."""
-    before = dict(tasks.GRADE_STATS)
-    got = tasks.grade_many([r"\boxed{46}", r"\boxed{045}", r"\boxed{47}", "46", r"\boxed{x+1}"],
+    before = dict(grading.GRADE_STATS)
+    got = grading.grade_many([r"\boxed{46}", r"\boxed{045}", r"\boxed{47}", "46", r"\boxed{x+1}"],
                            ["46", "45", "46", "46", "x+1"])
     assert got == [True, True, False, False, True]
-    assert tasks.GRADE_STATS["verified"] == before["verified"]
-    assert tasks.GRADE_STATS["quick"] == before["quick"] + 5
+    assert grading.GRADE_STATS["verified"] == before["verified"]
+    assert grading.GRADE_STATS["quick"] == before["quick"] + 5
 
 
 def test_grade_many_checks_lengths():
     with pytest.raises(ValueError, match="2 responses but 1 answers"):
-        tasks.grade_many(["a", "b"], ["a"])
+        grading.grade_many(["a", "b"], ["a"])
 
 
 TOWER = r"\boxed{2^{2^{2^{2^{2^{2}}}}}}"  # 2^(2^65536): no computer can evaluate it
@@ -112,7 +113,7 @@ TOWER = r"\boxed{2^{2^{2^{2^{2^{2}}}}}}"  # 2^(2^65536): no computer can evaluat
 def test_pathological_answer_is_wrong_within_bounded_time():
     """Math-Verify's own timeout (1 s here) stops it; the sane answer beside it is still graded."""
     t0 = time.perf_counter()
-    got = tasks.grade_many([TOWER, r"\boxed{\frac{6}{2}}"], ["3", "3"], timeout_s=1)
+    got = grading.grade_many([TOWER, r"\boxed{\frac{6}{2}}"], ["3", "3"], timeout_s=1)
     assert got == [False, True]
     assert time.perf_counter() - t0 < 8
 
@@ -120,18 +121,18 @@ def test_pathological_answer_is_wrong_within_bounded_time():
 def test_outer_deadline_kills_a_stuck_worker():
     """With Math-Verify's timeout out of reach (60 s), the hard 1.5 s deadline cuts the item, kills
     its worker and grades the rest; the pool keeps working afterwards."""
-    killed = tasks.GRADE_STATS["killed"]
+    killed = grading.GRADE_STATS["killed"]
     t0 = time.perf_counter()
-    got = tasks.grade_many([TOWER, r"\boxed{3.0}"], ["3", "3"], timeout_s=60, deadline_s=1.5)
+    got = grading.grade_many([TOWER, r"\boxed{3.0}"], ["3", "3"], timeout_s=60, deadline_s=1.5)
     assert got == [False, True]
     assert 1.5 <= time.perf_counter() - t0 < 6
-    assert tasks.GRADE_STATS["killed"] == killed + 1
-    assert tasks.grade_many([r"\boxed{\sqrt{4}}"], ["2"]) == [True]
+    assert grading.GRADE_STATS["killed"] == killed + 1
+    assert grading.grade_many([r"\boxed{\sqrt{4}}"], ["2"]) == [True]
 
 
 def test_grading_from_a_non_main_thread():
     """Math-Verify's signal.alarm timeouts fail outside the main thread (in-process they would
-    silently grade everything wrong); tasks.grade_many still grades correctly there."""
+    silently grade everything wrong); grading.grade_many still grades correctly there."""
     from math_verify import parse
     out = {}
 
@@ -140,7 +141,7 @@ def test_grading_from_a_non_main_thread():
             parse("$1/2$", parsing_timeout=5)
         except ValueError as e:
             out["in_thread_error"] = str(e)
-        out["verdicts"] = tasks.grade_many([r"\boxed{0.5}", r"\boxed{(1,2]}", r"\boxed{0.4}"],
+        out["verdicts"] = grading.grade_many([r"\boxed{0.5}", r"\boxed{(1,2]}", r"\boxed{0.4}"],
                                            [r"\frac12", "(1, 2]", r"\frac12"])
 
     thread = threading.Thread(target=work)
@@ -156,18 +157,18 @@ def test_batch_deadline_counts_the_rest_wrong(monkeypatch):
     monkeypatch.setattr(tasks, "GRADE_ITEM_BUDGET_S", 0.0)
     towers = ["\\boxed{" + str(base) + "^{2^{2^{2^{2^{2}}}}}}" for base in (3, 5, 7, 9)]
     assert len(set(towers)) == 4
-    before = tasks.GRADE_STATS["batch_deadline"]
+    before = grading.GRADE_STATS["batch_deadline"]
     t0 = time.perf_counter()
-    got = tasks.grade_many(towers, ["3"] * 4, timeout_s=60, deadline_s=1.5, workers=2)
+    got = grading.grade_many(towers, ["3"] * 4, timeout_s=60, deadline_s=1.5, workers=2)
     assert got == [False] * 4
     assert time.perf_counter() - t0 < 2.9
-    assert tasks.GRADE_STATS["batch_deadline"] == before + 4
+    assert grading.GRADE_STATS["batch_deadline"] == before + 4
 
 
 def test_grader_that_cannot_start_raises_instead_of_grading_all_wrong(tmp_path):
     """A broken Math-Verify install must stop the run, not silently zero every reward."""
     (tmp_path / "math_verify.py").write_text("raise ImportError('math_verify is broken here')\n")
-    code = ("import tasks\ntry:\n    tasks.grade_many([r'\\boxed{0.5}'], ['1/2'])\n"
+    code = ("import tasks\ntry:\n    grading.grade_many([r'\\boxed{0.5}'], ['1/2'])\n"
             "except RuntimeError as e:\n    print('RuntimeError:', e)\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -179,5 +180,5 @@ def test_grader_that_cannot_start_raises_instead_of_grading_all_wrong(tmp_path):
 def test_toy_grading_refuses_expressions_that_copy_the_prompt():
     """Math-Verify accepts \\boxed{12+34} for 46; the toy (integer_only) must not reward it."""
     responses = ["\\boxed{12+34}", "\\boxed{46}", "\\boxed{046}", "\\boxed{45}"]
-    assert tasks.grade_many(responses, ["46"] * 4, integer_only=True) == [False, True, True, False]
-    assert tasks.grade_many(responses[:1], ["46"])[0] is True  # the general grader does
+    assert grading.grade_many(responses, ["46"] * 4, integer_only=True) == [False, True, True, False]
+    assert grading.grade_many(responses[:1], ["46"])[0] is True  # the general grader does

@@ -286,7 +286,8 @@ def test_padding_may_hold_garbage_and_registry():
                                         mask=mask, rewards=t([1, 0]), group_size=2)
         g, = torch.autograd.grad(loss, logp)
         assert torch.isfinite(g).all() and (g[:, 1] == 0).all() and math.isfinite(met["loss"])
-    assert losses.NEEDS_REF == {"grpo": False, "grpo_tis": False, "agro": True, "ggpo": True}
+    assert {name: o.needs_ref for name, o in losses.LOSSES.items()} == \
+        {"grpo": False, "grpo_tis": False, "agro": True, "ggpo": True}
     assert losses.needs_ref("ggpo") and not losses.needs_ref("grpo")
 
 

@@ -3,6 +3,8 @@ import json
 
 import pytest
 
+import checkpoint
+import rollout
 import train
 from conftest import toy_config
 
@@ -16,7 +18,7 @@ def _offline(tmp_path, out, **overrides):
 
 def _logged(rows):
     """Rows as metrics.jsonl holds them, timings left out (NaN -> null, so equal compares)."""
-    return [json.dumps({k: v for k, v in train._jsonable(r).items() if not k.startswith("time/")},
+    return [json.dumps({k: v for k, v in checkpoint.jsonable(r).items() if not k.startswith("time/")},
                        sort_keys=True) for r in rows]
 
 
@@ -39,13 +41,13 @@ def test_offline_training_is_reproducible_and_never_samples(tmp_path, sampler):
     assert [r["responses_total"] for r in first] == [48] * 5
     assert [r["staleness"] for r in first] == [0, 1, 2, 3, 4]
     # update t trains on pool_batch(t): each pass over the pool visits every batch once
-    used = [train.pool_batch(cfg, t) for t in range(1, 6)]
+    used = [rollout.pool_batch(cfg, t) for t in range(1, 6)]
     assert {b.index for b in used[:3]} == {0, 1, 2} and used[3].index != used[4].index
     assert all(r.policy_version == 0 and len(b.rollouts) == 16 for b in used for r in b.rollouts)
     assert [r["reward_mean"] for r in first] == [sum(b.rewards) / 16 for b in used]
     # another seed visits the same pool in another order
-    other = [train.pool_batch({**cfg, "seed": 1}, t).index for t in range(1, 7)]
-    assert other != [b.index for b in used] + [train.pool_batch(cfg, 6).index]
+    other = [rollout.pool_batch({**cfg, "seed": 1}, t).index for t in range(1, 7)]
+    assert other != [b.index for b in used] + [rollout.pool_batch(cfg, 6).index]
 
     # a stopped pool generation continues where it stopped, to the same pool
     (tmp_path / "pool" / "batch-000001.json").unlink()
@@ -55,13 +57,13 @@ def test_offline_training_is_reproducible_and_never_samples(tmp_path, sampler):
     # a resumed run never samples the pool again: a missing batch is an error, not a new batch
     (tmp_path / "pool" / "batch-000002.json").unlink()
     with pytest.raises(FileNotFoundError, match="restore it"):
-        train.pool_batch(cfg, 1 + [b.index for b in used].index(2))
+        rollout.pool_batch(cfg, 1 + [b.index for b in used].index(2))
 
 
 def test_offline_pool_of_another_recipe_is_refused(tmp_path):
     cfg = _offline(tmp_path, "a")
     (tmp_path / "pool").mkdir()
-    (tmp_path / "pool" / "recipe.json").write_text(json.dumps(train.pool_recipe(cfg)))
+    (tmp_path / "pool" / "recipe.json").write_text(json.dumps(rollout.pool_recipe(cfg)))
     train.preflight(cfg)  # the same recipe passes
     with pytest.raises(ValueError, match=r"another recipe \(max_tokens: 16 -> 8\)"):
         train.preflight(_offline(tmp_path, "b", max_tokens=8))

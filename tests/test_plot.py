@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 import plot
-import train
+import config
 
 BATCH = 8  # responses per rollout batch of the synthetic runs
 
@@ -14,16 +14,16 @@ BATCH = 8  # responses per rollout batch of the synthetic runs
 def _run(root, final, loss="grpo", delay=0, seed=0, updates=10, name=None, k3=0.001, **cfg):
     """A run folder as train.py writes it: config.yaml, and metrics.jsonl whose eval rows (update
     0 and the last) hold the difficulty split; k3 = k3 * update, reward = 0.1 + 0.01 * update."""
-    config = train.load_config(None, [f"loss={loss}", f"delay={delay}", f"seed={seed}"])
+    run_cfg = config.load_config(None, [f"loss={loss}", f"delay={delay}", f"seed={seed}"])
     for key, value in cfg.items():
         section, _, sub = key.partition(".")
         if sub:
-            config[section][sub] = value
+            run_cfg[section][sub] = value
         else:
-            config[key] = value
+            run_cfg[key] = value
     folder = root / (name or f"{loss}_N{delay}_s{seed}")
     folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    (folder / "config.yaml").write_text(yaml.safe_dump(run_cfg))
     evals = lambda acc: {"eval/toy/mean@4": acc, "eval/toy/best@4": acc + 0.2, "eval/toy/partial_mean@4": acc,
                          "eval/toy/unsolved_solved_frac": acc / 2, "eval/toy/partial_count": 50,
                          "eval/toy/unsolved_count": 20}

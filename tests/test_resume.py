@@ -1,5 +1,6 @@
 """Runs that survive: exact resume after SIGKILL/SIGTERM, atomic checkpoints, refused bad
 input, skipped non-finite updates."""
+import dataclasses
 import json
 import math
 import os
@@ -12,8 +13,11 @@ import pytest
 import torch
 import yaml
 
+import checkpoint
+import config
+import learner
 import losses
-import evaluate
+import tasks
 import train
 from conftest import ROOT, TOY_MODEL, toy_config
 
@@ -64,10 +68,10 @@ def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, sampler):
                                 stderr=open(tmp_path / log, "w"))
 
     first = start([], "first.log")
-    wait_for(lambda: train.latest_checkpoint(str(run_dir)), first)
+    wait_for(lambda: checkpoint.latest_checkpoint(str(run_dir)), first)
     first.kill()
     first.wait()
-    killed_at = train._ckpt_update(train.latest_checkpoint(str(run_dir)))
+    killed_at = checkpoint.ckpt_update(checkpoint.latest_checkpoint(str(run_dir)))
     assert killed_at < TINY["updates"]
 
     second = start(["resume=true"], "second.log")
@@ -77,7 +81,7 @@ def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, sampler):
     second.send_signal(signal.SIGTERM)
     assert second.wait(timeout=120) == 128 + signal.SIGTERM, open(tmp_path / "second.log").read()
     assert f"resuming {run_dir} from {run_dir}/ckpt-{killed_at:06d}" in open(tmp_path / "second.log").read()
-    stopped_at = train._ckpt_update(train.latest_checkpoint(str(run_dir)))
+    stopped_at = checkpoint.ckpt_update(checkpoint.latest_checkpoint(str(run_dir)))
     assert killed_at < stopped_at < TINY["updates"]
     assert read_jsonl(metrics)[-1]["update"] == stopped_at  # the checkpoint is the last update
 
@@ -112,7 +116,7 @@ def test_sigterm_in_process_resume_with_reference_refresh(tmp_path, sampler):
         train.learn = original_learn
     assert train.STOP["signal"] == signal.SIGTERM
     assert [r["update"] for r in rows] == [1, 2, 3]
-    ckpt = train.latest_checkpoint(cfg["out_dir"])
+    ckpt = checkpoint.latest_checkpoint(cfg["out_dir"])
     assert os.path.basename(ckpt) == "ckpt-000003"
     assert sorted(os.listdir(ckpt)) == ["learner.pt", "optimizer.pt", "reference.pt", "state.pt"]
     state = torch.load(os.path.join(ckpt, "state.pt"), weights_only=True)
@@ -139,7 +143,7 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     model(torch.ones(1, 3)).sum().backward()
     opt.step()
     out = str(tmp_path)
-    train.save_checkpoint(out, 1, model, opt, None, {"update": 1, "queue": []})
+    checkpoint.save_checkpoint(out, 1, model, opt, None, {"update": 1, "queue": []})
 
     real_save, calls = torch.save, {"n": 0}
 
@@ -151,16 +155,16 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", save_then_crash)
     with pytest.raises(OSError, match="disk full"):
-        train.save_checkpoint(out, 2, model, opt, None, {"update": 2, "queue": []})
+        checkpoint.save_checkpoint(out, 2, model, opt, None, {"update": 2, "queue": []})
     monkeypatch.setattr(torch, "save", real_save)
-    assert train.latest_checkpoint(out) == os.path.join(out, "ckpt-000001")
+    assert checkpoint.latest_checkpoint(out) == os.path.join(out, "ckpt-000001")
     assert sorted(os.listdir(out)) == ["ckpt-000001", "ckpt-000002.tmp"]
 
-    train.save_checkpoint(out, 3, model, opt, None, {"update": 3, "queue": []})
+    checkpoint.save_checkpoint(out, 3, model, opt, None, {"update": 3, "queue": []})
     assert sorted(os.listdir(out)) == ["ckpt-000003"]
     fresh = torch.nn.Linear(3, 2)
     fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.1)
-    state = train.load_checkpoint(os.path.join(out, "ckpt-000003"), fresh, fresh_opt, None)
+    state = checkpoint.load_checkpoint(os.path.join(out, "ckpt-000003"), fresh, fresh_opt, None)
     assert state["update"] == 3 and len(state["queue"]) == 0
     assert torch.equal(fresh.weight, model.weight)
     assert torch.equal(fresh_opt.state_dict()["state"][0]["exp_avg"],
@@ -176,11 +180,11 @@ def test_drop_logged_after(tmp_path):
     with open(tmp_path / "eval_records.jsonl", "w") as f:
         for u in (0, 2, 4):
             f.write(json.dumps({"update": u, "id": "toy-0", "correct": u}) + "\n")
-    train.drop_logged_after(str(tmp_path), 3)
+    checkpoint.drop_logged_after(str(tmp_path), 3)
     assert [r["update"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0, 1, 2, 3]
     assert read_jsonl(tmp_path / "metrics.jsonl")[3] == {"update": 3, "loss": 1.5}
     assert [r["update"] for r in read_jsonl(tmp_path / "eval_records.jsonl")] == [0, 2]
-    train.drop_logged_after(str(tmp_path), -1)  # resume=true without a checkpoint: start over
+    checkpoint.drop_logged_after(str(tmp_path), -1)  # resume=true without a checkpoint: start over
     assert os.path.getsize(tmp_path / "metrics.jsonl") == 0
 
 
@@ -190,7 +194,7 @@ def test_nonfinite_updates_are_skipped_then_stop(tmp_path, sampler, monkeypatch)
     """A NaN loss never reaches the optimizer: the update is skipped and counted; a streak of
     max_consecutive_skips stops the run with the last checkpoint kept."""
     poisoned, calls, plan = {"on": False}, {"n": 0}, {}
-    grpo, learn = losses.LOSSES["grpo"], train.learn
+    grpo, learn = losses.LOSSES["grpo"].fn, train.learn
 
     def grpo_maybe_nan(*args):
         loss, coef, extra = grpo(*args)
@@ -208,7 +212,7 @@ def test_nonfinite_updates_are_skipped_then_stop(tmp_path, sampler, monkeypatch)
             assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
         return metrics
 
-    monkeypatch.setitem(losses.LOSSES, "grpo", grpo_maybe_nan)
+    monkeypatch.setitem(losses.LOSSES, "grpo", dataclasses.replace(losses.LOSSES["grpo"], fn=grpo_maybe_nan))
     monkeypatch.setattr(train, "learn", learn_poisoning)
     cfg = toy_config(tmp_path / "a", delay=0, updates=4, max_consecutive_skips=3)
     plan["nan_at"] = (2, 3)
@@ -222,7 +226,7 @@ def test_nonfinite_updates_are_skipped_then_stop(tmp_path, sampler, monkeypatch)
     with pytest.raises(FloatingPointError, match=r"updates 3..4 all had a non-finite loss or "
                                                  r"gradient .*ckpt-000002, is kept"):
         train.train(cfg, sampler=sampler)
-    assert train.latest_checkpoint(cfg["out_dir"]).endswith("ckpt-000002")
+    assert checkpoint.latest_checkpoint(cfg["out_dir"]).endswith("ckpt-000002")
     assert [r["update"] for r in read_jsonl(tmp_path / "b" / "metrics.jsonl")] == [1, 2, 3, 4]
 
 
@@ -252,7 +256,7 @@ BAD_OVERRIDES = [
 @pytest.mark.parametrize("overrides,error,message", BAD_OVERRIDES)
 def test_bad_config_is_refused(overrides, error, message):
     with pytest.raises(error, match=message):
-        train.load_config(os.path.join(ROOT, "configs", "toy.yaml"), overrides)
+        config.load_config(os.path.join(ROOT, "configs", "toy.yaml"), overrides)
 
 
 def test_bad_paths_and_out_dirs_are_refused_before_any_work(tmp_path, monkeypatch):
@@ -260,7 +264,7 @@ def test_bad_paths_and_out_dirs_are_refused_before_any_work(tmp_path, monkeypatc
     resume=true), a checkpoint past `updates`: refused before the model is loaded."""
     def no_long_work(cfg):
         raise AssertionError("train() started loading the model before refusing bad input")
-    monkeypatch.setattr(train, "load_learner", no_long_work)
+    monkeypatch.setattr(learner, "load_learner", no_long_work)
 
     def refused(error, message, **overrides):
         cfg = toy_config(tmp_path / "run", **overrides)
@@ -269,7 +273,7 @@ def test_bad_paths_and_out_dirs_are_refused_before_any_work(tmp_path, monkeypatc
 
     refused(FileNotFoundError, "model path '/nowhere' does not exist", model="/nowhere",
             build_toy_model=False)
-    refused(evaluate.BenchmarkUnavailable, "benchmark 'mine' is not available: file "
+    refused(tasks.BenchmarkUnavailable, "benchmark 'mine' is not available: file "
             "'/nowhere.jsonl' does not exist", eval_every=5, eval_benchmarks=["toy", "mine=/nowhere.jsonl"])
 
     os.makedirs(tmp_path / "run")
@@ -293,7 +297,7 @@ def test_second_signal_aborts_at_once(monkeypatch):
     monkeypatch.setattr(train.signal, "signal", lambda sig, handler: calls.append((sig, handler)))
     monkeypatch.setattr(train.os, "kill", lambda pid, sig: calls.append((pid, sig)))
     monkeypatch.setitem(train.STOP, "signal", None)
-    train._on_signal(signal.SIGINT, None)
+    train.on_signal(signal.SIGINT, None)
     assert train.STOP["signal"] == signal.SIGINT and calls == []
-    train._on_signal(signal.SIGINT, None)
+    train.on_signal(signal.SIGINT, None)
     assert calls == [(signal.SIGINT, signal.SIG_DFL), (os.getpid(), signal.SIGINT)]

@@ -5,6 +5,9 @@ import os
 import pytest
 import torch
 
+import config
+import learner
+import tasks
 import train
 from conftest import ROOT, toy_config
 
@@ -54,7 +57,7 @@ def test_response_logp_matches_one_sequence_at_a_time(toy_model):
     the output layer on response tokens only, equal a plain forward pass over each sequence
     alone; the entropy is that of the full logits."""
     import rollout
-    model = train.load_learner({"model": toy_model, "dtype": "float32", "gradient_checkpointing": False})
+    model = learner.load_learner({"model": toy_model, "dtype": "float32", "gradient_checkpointing": False})
     long = rollout.Rollout(0, list(range(5, 16)), [13], "", [-1.0], 0, False)
     short = [rollout.Rollout(0, [5, 6], [8], "", [-0.5], 0, True),
              rollout.Rollout(1, [20], [22, 1], "", [-0.125] * 2, 0, True),
@@ -63,9 +66,9 @@ def test_response_logp_matches_one_sequence_at_a_time(toy_model):
     mid = rollout.Rollout(2, [50, 51], [52, 53, 54, 1], "", [-0.75] * 4, 0, True)
     for rollouts, shape in [([long] + short + [mid], (2, 24)),  # 12 + 6 + 3 + 3 | 3 + 3 + pads
                             ([long, mid], (2, 12))]:             # one per row: cheaper here
-        inputs = train.batch_inputs(rollouts, 0, model.config.hidden_size)
+        inputs = learner.batch_inputs(rollouts, 0, model.config.hidden_size)
         assert inputs["ids"].shape == shape
-        logp, mask, entropy_sum = train.response_logp(model, inputs, True)
+        logp, mask, entropy_sum = learner.response_logp(model, inputs, True)
         assert mask.sum(1).tolist() == [len(r.response_ids) for r in rollouts]
         assert torch.allclose(logp[mask.bool()], _learner_logp(model, rollouts), atol=1e-5)
         assert (logp[~mask.bool()] == 0).all()
@@ -77,51 +80,49 @@ def test_response_logp_matches_one_sequence_at_a_time(toy_model):
                 P = len(r.prompt_ids)
                 entropies.append(-(lp.exp() * lp).sum(-1)[P - 1:P - 1 + len(r.response_ids)])
         assert float(entropy_sum) == pytest.approx(float(torch.cat(entropies).sum()), rel=1e-5)
-    behavior = train.padded([r.behavior_logp for r in [long, mid]], 4, "cpu")
+    behavior = learner.padded([r.behavior_logp for r in [long, mid]], 4, "cpu")
     assert behavior.tolist() == [[-1.0, 0, 0, 0], [-0.75] * 4]
 
 
-def test_weight_sync_is_real(tmp_path, sampler, toy_model):
+def test_weight_sync_is_real(tmp_path, sampler, toy_model, monkeypatch):
     """After a few updates vLLM samples from the learner's weights, not the base model's."""
     cfg = toy_config(tmp_path, delay=0, updates=3, lr=3e-3)
-    learner = {}
-    orig = train.load_learner
+    built = {}
+    orig = learner.load_learner
 
     def keep(cfg):
         model = orig(cfg)
-        learner.setdefault("model", model)
+        built.setdefault("model", model)
         return model
 
-    train.load_learner = keep
-    try:
-        train.train(cfg, sampler=sampler)
-    finally:
-        train.load_learner = orig
+    monkeypatch.setattr(learner, "load_learner", keep)
+    train.train(cfg, sampler=sampler)
+    monkeypatch.setattr(learner, "load_learner", orig)
     rollouts = sampler.sample(["12+34=", "567+89=", "4321+1234="], m=4, max_tokens=16, seed=5)
     vllm_logp = torch.tensor([x for r in rollouts for x in r.behavior_logp])
-    trained = _learner_logp(learner["model"], rollouts)
-    base = _learner_logp(train.load_learner({**cfg, "model": toy_model}), rollouts)
+    trained = _learner_logp(built["model"], rollouts)
+    base = _learner_logp(learner.load_learner({**cfg, "model": toy_model}), rollouts)
     assert (vllm_logp - trained).abs().max() < 1e-4
     assert (vllm_logp - base).abs().max() > 1e-2
     assert sampler.version == 3
 
 
 def test_config_overrides_and_errors():
-    cfg = train.load_config(os.path.join(ROOT, "configs", "toy.yaml"),
+    cfg = config.load_config(os.path.join(ROOT, "configs", "toy.yaml"),
                             ["delay=3", "loss_args.beta=0.1", "lr=1e-3", "loss=ggpo"])
     assert (cfg["delay"], cfg["loss_args"]["beta"], cfg["lr"], cfg["loss"]) == (3, 0.1, 1e-3, "ggpo")
     with pytest.raises(ValueError, match="unknown config key 'dealy'"):
-        train.load_config(None, ["dealy=3"])
+        config.load_config(None, ["dealy=3"])
     with pytest.raises(ValueError, match="unknown config key 'loss_args.betta'"):
-        train.load_config(None, ["loss_args.betta=3"])
+        config.load_config(None, ["loss_args.betta=3"])
     with pytest.raises(TypeError, match="group_size must be an integer"):
-        train.load_config(None, ["group_size=2.5"])
+        config.load_config(None, ["group_size=2.5"])
     with pytest.raises(ValueError, match="delay"):
-        train.load_config(None, ["delay=-1"])
+        config.load_config(None, ["delay=-1"])
     with pytest.raises(ValueError, match="group_size must be >= 2"):
-        train.load_config(None, ["group_size=1", "micro_batch_size=1"])
+        config.load_config(None, ["group_size=1", "micro_batch_size=1"])
     with pytest.raises(FileNotFoundError, match="nope.yaml"):
-        train.load_config("nope.yaml")
+        config.load_config("nope.yaml")
 
 
 def test_grpo_on_policy_raises_toy_accuracy(tmp_path, sampler):
@@ -136,22 +137,21 @@ def test_grpo_on_policy_raises_toy_accuracy(tmp_path, sampler):
 
 def test_math_training_prompts_cover_each_epoch_in_a_seeded_order():
     fixture = os.path.join(ROOT, "tests", "fixtures", "mini_math.jsonl")
-    cfg = train.load_config(None, ["task=math", f"train_data.file={fixture}",
+    cfg = config.load_config(None, ["task=math", f"train_data.file={fixture}",
                                    "prompts_per_update=5", "prompt_template=plain"])
-    n = len(train.train_problems(cfg))
-    stream = [p["id"] for b in range(2 * n) for p in train.prompts_for_batch(cfg, b)]
+    n = len(tasks.train_problems(cfg))
+    stream = [p["id"] for b in range(2 * n) for p in tasks.prompts_for_batch(cfg, b)]
     for epoch in range(5):  # 2n batches of 5 = 10 epochs
-        assert sorted(stream[epoch * n:(epoch + 1) * n]) == sorted({p["id"] for p in train.train_problems(cfg)})
+        assert sorted(stream[epoch * n:(epoch + 1) * n]) == sorted({p["id"] for p in tasks.train_problems(cfg)})
     assert stream[:n] != stream[n:2 * n]                       # reshuffled each epoch
-    assert train.prompts_for_batch(cfg, 3) == train.prompts_for_batch(cfg, 3)
-    other = train.load_config(None, ["task=math", f"train_data.file={fixture}",
+    assert tasks.prompts_for_batch(cfg, 3) == tasks.prompts_for_batch(cfg, 3)
+    other = config.load_config(None, ["task=math", f"train_data.file={fixture}",
                                      "prompts_per_update=5", "prompt_template=plain", "seed=1"])
-    assert [p["id"] for p in train.prompts_for_batch(other, 0)] != stream[:5]
+    assert [p["id"] for p in tasks.prompts_for_batch(other, 0)] != stream[:5]
 
 
 def test_math_task_refuses_missing_training_data(tmp_path):
-    import evaluate
     cfg = toy_config(tmp_path, task="math", model=str(tmp_path))
     cfg["train_data"] = {**cfg["train_data"], "file": "/nowhere.jsonl"}
-    with pytest.raises(evaluate.BenchmarkUnavailable, match="'/nowhere.jsonl' does not exist"):
+    with pytest.raises(tasks.BenchmarkUnavailable, match="'/nowhere.jsonl' does not exist"):
         train.train(cfg)

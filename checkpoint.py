@@ -1,0 +1,174 @@
+"""The run folder: checkpoints, atomic writes, RNG state, the metrics log, the out_dir checks.
+
+out_dir/
+  config.yaml          the resolved config (a resumed run must match it, see check_out_dir)
+  metrics.jsonl        one JSON object per update (and the update-0 evaluation)
+  eval_records.jsonl   per-problem evaluation records, tagged with their update
+  ckpt-000040/         all a resumed run needs to continue exactly as if never stopped:
+    learner.pt         learner weights
+    optimizer.pt       AdamW state
+    reference.pt       reference weights, only when ref_refresh_every > 0 (else the base model is it)
+    state.pt           train.RunState.to_dict(): update counter, next batch index, responses_total,
+                       skip counters, the delay queue (rollouts, rewards, policy versions), RNG
+                       states, the sampler seed stream
+A checkpoint is written as ckpt-XXXXXX.tmp, fsynced, then renamed, so a folder named
+ckpt-XXXXXX is always complete; the previous one is deleted only after the rename.
+"""
+import json
+import math
+import os
+import random
+import re
+import shutil
+
+import torch
+import yaml
+
+import config
+
+CKPT_NAME = re.compile(r"ckpt-(\d+)")
+
+
+def ckpt_update(path: str) -> int:
+    """The update number of a checkpoint folder (ckpt-000040 -> 40)."""
+    return int(CKPT_NAME.fullmatch(os.path.basename(path)).group(1))
+
+def latest_checkpoint(out_dir: str):
+    """The complete checkpoint folder with the highest update in out_dir, or None."""
+    if not os.path.isdir(out_dir):
+        return None
+    found = [os.path.join(out_dir, n) for n in os.listdir(out_dir) if CKPT_NAME.fullmatch(n)]
+    return max(found, key=ckpt_update) if found else None
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def save_checkpoint(out_dir: str, update: int, model, optimizer, ref_model, state: dict) -> str:
+    """Write checkpoint `update` atomically, then delete older ones; returns its folder.
+    `ref_model` None: the reference is the base model and is not saved."""
+    final = os.path.join(out_dir, f"ckpt-{update:06d}")
+    tmp = final + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a crash during an earlier write
+    os.makedirs(tmp)
+    files = {"learner.pt": model.state_dict(), "optimizer.pt": optimizer.state_dict(),
+             "state.pt": state}
+    if ref_model is not None:
+        files["reference.pt"] = ref_model.state_dict()
+    for name, obj in files.items():
+        with open(os.path.join(tmp, name), "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+    _fsync_dir(tmp)
+    os.replace(tmp, final)
+    _fsync_dir(out_dir)
+    for name in os.listdir(out_dir):  # older checkpoints, and temp folders of interrupted writes
+        if name.startswith("ckpt-") and name != os.path.basename(final):
+            shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: str, model, optimizer, ref_model) -> dict:
+    """Load a checkpoint into the learner, the optimizer and (when saved) the reference; return
+    its state.pt (plain Python values and tensors: train.RunState.from_dict reads it)."""
+
+    def load(name):  # weights_only: a checkpoint holds tensors and plain Python values only
+        return torch.load(os.path.join(path, name), map_location="cpu", weights_only=True)
+
+    model.load_state_dict(load("learner.pt"))
+    optimizer.load_state_dict(load("optimizer.pt"))
+    if ref_model is not None and os.path.exists(os.path.join(path, "reference.pt")):
+        ref_model.load_state_dict(load("reference.pt"))
+    return load("state.pt")
+
+
+def rng_state() -> dict:
+    """Every RNG the run may draw from (numpy's is not used by this code, so not saved)."""
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if state["cuda"]:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def drop_logged_after(out_dir: str, update: int) -> None:
+    """Remove the rows of metrics.jsonl and eval_records.jsonl past `update`, which a killed run
+    logged after its last checkpoint (the resumed run logs them again), and a line torn by the kill."""
+    for name in ("metrics.jsonl", "eval_records.jsonl"):
+        path = os.path.join(out_dir, name)
+        if not os.path.exists(path):
+            continue
+        kept = []
+        with open(path) as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if row["update"] <= update:
+                    kept.append(line.rstrip("\n") + "\n")
+        write_atomic(path, "".join(kept))
+
+
+def write_config(out_dir: str, cfg: dict) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    write_atomic(os.path.join(out_dir, "config.yaml"), yaml.safe_dump(cfg, sort_keys=False))
+
+
+def jsonable(row: dict) -> dict:
+    """A metrics row as metrics.jsonl holds it: non-finite floats become null."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+
+
+def append_row(log_file, row: dict) -> None:
+    """One row of metrics.jsonl, flushed at once (a killed run keeps every row it logged)."""
+    log_file.write(json.dumps(jsonable(row)) + "\n")
+    log_file.flush()
+
+
+def check_out_dir(cfg: dict):
+    """Refuse an out_dir that holds another run (or this run, without resume=true), or a
+    checkpoint past `updates`. Returns the checkpoint to resume from, or None."""
+    out_dir = cfg["out_dir"]
+    saved = os.path.join(out_dir, "config.yaml")
+    if os.path.exists(saved):
+        with open(saved) as f:
+            diff = config.config_differences(yaml.safe_load(f) or {}, cfg)
+        if diff:
+            raise ValueError(
+                f"out_dir {out_dir!r} holds a different run ({'; '.join(diff)}). Pick another "
+                f"out_dir; resume=true continues a run only with its own config (these may change: "
+                f"{', '.join(config.RESUMABLE_CHANGES)})")
+    ckpt = latest_checkpoint(out_dir)
+    if not cfg["resume"]:
+        metrics_path = os.path.join(out_dir, "metrics.jsonl")
+        logged = os.path.exists(metrics_path) and os.path.getsize(metrics_path) > 0
+        if ckpt or logged:
+            raise ValueError(
+                f"out_dir {out_dir!r} already holds this run ("
+                + (f"checkpoint at update {ckpt_update(ckpt)}): pass resume=true to continue it"
+                   if ckpt else "metrics but no checkpoint): pass resume=true to start it again there")
+                + ", or pick another out_dir (or delete this one)")
+        return None
+    if ckpt and ckpt_update(ckpt) > cfg["updates"]:
+        raise ValueError(f"the checkpoint {ckpt} is past updates={cfg['updates']}; pass "
+                         f"updates={ckpt_update(ckpt)} or more to resume it")
+    return ckpt

@@ -1,0 +1,175 @@
+"""The run's configuration: defaults <- experiment file <- key=value overrides, checked early.
+
+    cfg = load_config("configs/toy.yaml", ["delay=32", "loss_args.beta=0.1"])
+
+configs/defaults.yaml lists every key with its default and a comment. A key that is not there,
+a value of the wrong type or an impossible value is refused with a message that says what is
+wrong, before any long work. `config_differences` tells a resumed run from another one.
+"""
+import difflib
+import math
+import os
+
+import yaml
+
+import losses
+import tasks
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULTS_PATH = os.path.join(HERE, "configs", "defaults.yaml")
+
+
+def _merge(base: dict, override: dict, where: str) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        if key not in base:
+            near = difflib.get_close_matches(key, list(base), n=3, cutoff=0.7)
+            raise ValueError(f"unknown config key '{where}{key}'"
+                           + (f" (did you mean {', '.join(near)}?)" if near else "")
+                           + f"; every key is listed in {DEFAULTS_PATH}")
+        if isinstance(base[key], dict) and key not in ("toy_digits",):
+            if not isinstance(value, dict):
+                raise TypeError(f"config key {where}{key} must be a mapping, got {value!r}")
+            out[key] = _merge(base[key], value, f"{where}{key}.")
+        else:
+            out[key] = _check_type(where + key, base[key], value)
+    return out
+
+
+def _check_type(key: str, default, value):
+    if default is None or value is None:
+        return value
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise TypeError(f"config key {key} must be true or false, got {value!r}")
+        return value
+    if isinstance(default, (int, float)):
+        try:
+            number = float(value) if isinstance(default, float) else int(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"config key {key} must be a number, got {value!r}") from None
+        if isinstance(value, bool) or (isinstance(default, int) and number != float(value)):
+            raise TypeError(f"config key {key} must be an integer, got {value!r}")
+        if not math.isfinite(number):
+            raise ValueError(f"config key {key} must be a finite number, got {value!r}")
+        return number
+    if not isinstance(value, type(default)):
+        raise TypeError(f"config key {key} must be a {type(default).__name__}, got {value!r}")
+    return value
+
+
+def load_config(path: str = None, overrides: list = ()) -> dict:
+    """defaults.yaml <- experiment config <- key=value overrides; unknown keys are errors."""
+    with open(DEFAULTS_PATH) as f:
+        cfg = yaml.safe_load(f)
+    if path:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"config file {path!r} does not exist")
+        with open(path) as f:
+            cfg = _merge(cfg, yaml.safe_load(f) or {}, "")
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} is not of the form key=value")
+        key, raw = item.split("=", 1)
+        nested = yaml.safe_load(raw)
+        for part in reversed(key.split(".")):
+            nested = {part: nested}
+        cfg = _merge(cfg, nested, "")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: dict) -> None:
+    """Impossible values, from the config alone (types were checked while merging)."""
+    betas, digits = cfg["adam_betas"], cfg["toy_digits"]
+    checks = [
+        (cfg["loss"] in losses.LOSSES, f"loss must be one of {sorted(losses.LOSSES)}"),
+        (cfg["delay"] >= 0, "delay (N) must be >= 0"),
+        (cfg["group_size"] >= 2, "group_size must be >= 2 (group baselines need two responses)"),
+        (cfg["prompts_per_update"] >= 1, "prompts_per_update must be >= 1"),
+        (cfg["updates"] >= 0, "updates must be >= 0"),
+        (cfg["micro_batch_size"] >= 1 and cfg["micro_batch_size"] % cfg["group_size"] == 0,
+         "micro_batch_size must be a positive multiple of group_size (groups are never split)"),
+        (cfg["lr"] > 0, "lr must be > 0"),
+        (cfg["weight_decay"] >= 0, "weight_decay must be >= 0"),
+        (cfg["grad_clip"] > 0, "grad_clip must be > 0"),
+        (len(betas) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool)
+                                 and 0 <= b < 1 for b in betas),
+         f"adam_betas must be two numbers in [0, 1), got {betas!r}"),
+        (cfg["dtype"] in ("float32", "bfloat16", "float16"),
+         f"dtype must be float32, bfloat16 or float16, got {cfg['dtype']!r}"),
+        (cfg["sampler_dtype"] in (None, "float32", "bfloat16", "float16"),
+         f"sampler_dtype must be null, float32, bfloat16 or float16, got {cfg['sampler_dtype']!r}"),
+        (cfg["autocast"] in (None, "bfloat16", "float16"),
+         f"autocast must be null, bfloat16 or float16, got {cfg['autocast']!r}"),
+        (cfg["task"] in ("toy", "math"), "task must be toy or math"),
+        (len(digits) > 0 and all(isinstance(d, int) and d >= 1 for d in digits)
+         and all(isinstance(w, (int, float)) and w >= 0 for w in digits.values())
+         and sum(digits.values()) > 0,
+         f"toy_digits must map digit counts >= 1 to weights >= 0 with a positive sum, got {digits!r}"),
+        (cfg["max_tokens"] >= 1 and cfg["eval_max_tokens"] >= 1,
+         "max_tokens and eval_max_tokens must be >= 1"),
+        (cfg["temperature"] > 0, "temperature must be > 0 (behavior log-probs need a sampling "
+                                 "distribution; greedy decoding has none)"),
+        (cfg["eval_every"] >= 0, "eval_every must be >= 0 (0: never evaluate)"),
+        (cfg["eval_n"] >= 1, "eval_n must be >= 1"),
+        (cfg["eval_toy_size"] >= 1, "eval_toy_size must be >= 1"),
+        (all(isinstance(b, str) for b in cfg["eval_benchmarks"]),
+         f"eval_benchmarks must be a list of names, got {cfg['eval_benchmarks']!r}"),
+        (cfg["ckpt_every"] >= 0, "ckpt_every must be >= 0 (0: checkpoint only at the end)"),
+        (cfg["max_consecutive_skips"] >= 1, "max_consecutive_skips must be >= 1"),
+        (bool(cfg["out_dir"]), "out_dir must be a folder name"),
+        (cfg["offline_pool"]["path"] is None or isinstance(cfg["offline_pool"]["path"], str),
+         "offline_pool.path must be a folder name or null"),
+        (cfg["offline_pool"]["batches"] >= 1, "offline_pool.batches must be >= 1"),
+        (cfg["offline_pool"]["path"] is None or cfg["delay"] == 0,
+         "offline_pool.path is set: delay must be 0 (pool batches are never queued; their "
+         "staleness grows with every update by itself)"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(f"bad config: {message}")
+    try:
+        losses.check_hparams(cfg["loss"], cfg["loss_args"])  # the same check compute_loss runs
+    except ValueError as e:
+        raise ValueError(f"bad config: loss_args: {e}") from None
+    check_eval_config(cfg)
+
+
+# Keys that may change when a run is resumed: they do not change what the run computes.
+RESUMABLE_CHANGES = ("updates", "resume", "ckpt_every", "max_consecutive_skips", "build_toy_model",
+                     "vllm")
+
+
+def config_differences(old: dict, new: dict) -> list:
+    """'key: old -> new' for every key that differs, nested keys dotted, RESUMABLE_CHANGES left out."""
+    def flat(d, where=""):
+        out = {}
+        for k, v in d.items():
+            if where == "" and k in RESUMABLE_CHANGES:
+                continue
+            if isinstance(v, dict) and k != "toy_digits":
+                out.update(flat(v, f"{where}{k}."))
+            else:
+                out[f"{where}{k}"] = v
+        return out
+    a, b = flat(old), flat(new)
+    return [f"{k}: {a.get(k, '(absent)')!r} -> {b.get(k, '(absent)')!r}"
+            for k in sorted(set(a) | set(b)) if a.get(k, "(absent)") != b.get(k, "(absent)")]
+
+
+def eval_k(cfg: dict) -> int:
+    """The k of mean@k / best@k: eval_k, or eval_n when it is null."""
+    return cfg["eval_k"] or cfg["eval_n"]
+
+
+def check_eval_config(cfg: dict) -> None:
+    """Early checks of the evaluation keys (nothing is loaded): bad values fail at startup."""
+    if not 1 <= eval_k(cfg) <= cfg["eval_n"]:
+        raise ValueError(f"bad config: eval_k must be in 1..eval_n={cfg['eval_n']}, "
+                         f"got {cfg['eval_k']}")
+    tasks.math_prompt("", cfg["prompt_template"])
+    for entry in cfg["eval_benchmarks"]:
+        tasks.resolve(entry, cfg["benchmarks"])
+    if cfg["grade_timeout_s"] < 1 or cfg["grade_workers"] < 0:
+        raise ValueError("bad config: grade_timeout_s must be >= 1 and grade_workers >= 0")
