@@ -103,6 +103,14 @@ def validate(cfg: dict) -> None:
         (cfg["autocast"] in (None, "bfloat16", "float16"),
          f"autocast must be null, bfloat16 or float16, got {cfg['autocast']!r}"),
         (cfg["task"] in ("toy", "math"), "task must be toy or math"),
+        (all(name in ("tensorboard", "wandb") for name in cfg["log_to"]),
+         f"log_to must list tensorboard and/or wandb, got {cfg['log_to']!r}"),
+        (cfg["device"] in ("auto", "cuda", "cpu"), f"device must be auto, cuda or cpu, got {cfg['device']!r}"),
+        (cfg["logits_chunk_mib"] >= 0, "logits_chunk_mib must be >= 0 (0: no chunks)"),
+        (cfg["behavior_logp"] in ("engine", "learner"),
+         f"behavior_logp must be engine or learner, got {cfg['behavior_logp']!r}"),
+        (all(isinstance(s, str) and s for s in cfg["stop_strings"]),
+         f"stop_strings must be a list of non-empty strings, got {cfg['stop_strings']!r}"),
         (len(digits) > 0 and all(isinstance(d, int) and d >= 1 for d in digits)
          and all(isinstance(w, (int, float)) and w >= 0 for w in digits.values())
          and sum(digits.values()) > 0,
@@ -136,9 +144,12 @@ def validate(cfg: dict) -> None:
     check_eval_config(cfg)
 
 
-# Keys that may change when a run is resumed: they do not change what the run computes.
+# Keys that may change when a run is resumed: they do not change what the run computes
+# (micro_batch_size, logits_chunk_mib and gradient_checkpointing only up to float rounding; they
+# are here so that a run that ran out of memory can continue with smaller pieces).
 RESUMABLE_CHANGES = ("updates", "resume", "ckpt_every", "max_consecutive_skips", "build_toy_model",
-                     "vllm")
+                     "vllm", "micro_batch_size", "logits_chunk_mib", "gradient_checkpointing",
+                     "log_to", "wandb")
 
 
 def config_differences(old: dict, new: dict) -> list:

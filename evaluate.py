@@ -127,7 +127,8 @@ def benchmark_seed(seed: int, name: str) -> int:
 
 def evaluate(sampler, name: str, problems: list, n: int, max_tokens: int,
              temperature: float = 1.0, k: int = None, seed: int = 0,
-             grade_timeout_s: int = grading.GRADE_TIMEOUT_S, grade_workers: int = 0):
+             grade_timeout_s: int = grading.GRADE_TIMEOUT_S, grade_workers: int = 0,
+             stop: list = ()):
     """Sample n responses per problem, grade them; return (metrics, per-problem records)."""
     k = k or n
     if not 1 <= k <= n:
@@ -135,7 +136,7 @@ def evaluate(sampler, name: str, problems: list, n: int, max_tokens: int,
     check_prompt_lengths(sampler, name, problems, max_tokens)
     t0 = time.perf_counter()
     rollouts = sampler.sample([p["prompt"] for p in problems], n, max_tokens, temperature,
-                              benchmark_seed(seed, name))
+                              benchmark_seed(seed, name), stop)
     t1 = time.perf_counter()
     correct = grading.grade_many([r.text for r in rollouts],
                                [problems[r.prompt_index]["answer"] for r in rollouts],
@@ -155,14 +156,15 @@ def evaluate(sampler, name: str, problems: list, n: int, max_tokens: int,
 
 def evaluate_benchmarks(sampler, benchmarks: dict, n: int, max_tokens: int,
                         temperature: float = 1.0, k: int = None, seed: int = 0,
-                        grade_timeout_s: int = grading.GRADE_TIMEOUT_S, grade_workers: int = 0):
+                        grade_timeout_s: int = grading.GRADE_TIMEOUT_S, grade_workers: int = 0,
+                        stop: list = ()):
     """`evaluate` on each of {name: problems}; adds the problem-weighted eval/avg/mean@k and
     best@k and the total seconds spent sampling and grading. Returns (metrics, records)."""
     k = k or n
     metrics, records = {}, []
     for name, problems in benchmarks.items():
         m, r = evaluate(sampler, name, problems, n, max_tokens, temperature, k, seed,
-                        grade_timeout_s, grade_workers)
+                        grade_timeout_s, grade_workers, stop)
         metrics.update(m)
         records += r
     avg = summarize("avg", records, k)
@@ -184,7 +186,7 @@ def evaluate_config(cfg: dict, sampler):
     return evaluate_benchmarks(sampler, tasks.load_config_benchmarks(cfg), cfg["eval_n"],
                                cfg["eval_max_tokens"], temperature, config.eval_k(cfg),
                                cfg["seed"] + EVAL_SEED_OFFSET, cfg["grade_timeout_s"],
-                               cfg["grade_workers"])
+                               cfg["grade_workers"], cfg["stop_strings"])
 
 
 def run_eval(cfg, sampler, update: int, out_dir: str) -> dict:
@@ -246,7 +248,8 @@ def main(argv: list) -> dict:
     p.add_argument("--template", help="math prompt template: math, plain or a {problem} string")
     p.add_argument("--seed", type=int, help="base sampling seed (seed)")
     p.add_argument("--toy-size", type=int, help="problems of the toy benchmark")
-    p.add_argument("--dtype", help="float32 | bfloat16 | float16 (dtype)")
+    p.add_argument("--dtype", help="the engine's float32 | bfloat16 | float16 (sampler_dtype, "
+                                   "else dtype)")
     p.add_argument("--max-model-len", type=int,
                    help="engine context; default: longest prompt + max tokens")
     p.add_argument("--gpu-memory-utilization", type=float)
@@ -260,7 +263,7 @@ def main(argv: list) -> dict:
     for key, value in [("eval_benchmarks", args.benchmarks and args.benchmarks.split(",")),
                        ("eval_n", args.n), ("eval_k", args.k), ("eval_max_tokens", args.max_tokens),
                        ("eval_temperature", args.temperature), ("prompt_template", args.template),
-                       ("seed", args.seed), ("eval_toy_size", args.toy_size), ("dtype", args.dtype),
+                       ("seed", args.seed), ("eval_toy_size", args.toy_size), ("sampler_dtype", args.dtype),
                        ("grade_workers", args.grade_workers)]:
         if value is not None:
             cfg[key] = value
@@ -278,7 +281,7 @@ def main(argv: list) -> dict:
           f"max_model_len={max_len} template={cfg['prompt_template']!r}", flush=True)
     grading.start_graders(cfg["grade_workers"])  # they import Math-Verify while the engine starts
     t0 = time.perf_counter()
-    sampler = rollout.Sampler(args.model, dtype=cfg["dtype"], seed=cfg["seed"],
+    sampler = rollout.Sampler(args.model, dtype=cfg["sampler_dtype"] or cfg["dtype"], seed=cfg["seed"],
                               **{**cfg["vllm"], "max_model_len": max_len})
     print(f"engine started in {time.perf_counter() - t0:.1f} s", flush=True)
     metrics, records = evaluate_config(cfg, sampler)

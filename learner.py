@@ -7,12 +7,40 @@ only. Weights stay in `dtype` (float32); `autocast` sets the forward's precision
 """
 import contextlib
 import itertools
+import os
+import shutil
 import time
 
 import torch
+import torch.utils.checkpoint
 from transformers import AutoModelForCausalLM
 
 import losses
+
+
+class DeviceUnavailable(RuntimeError):
+    """A GPU is expected (device=cuda, or an NVIDIA GPU is present) but torch cannot use it."""
+
+
+def pick_device(cfg: dict) -> str:
+    """"cuda" or "cpu" for the learner, per cfg["device"]. Refuses to fall back to the CPU when a
+    GPU is expected: a 1.7B learner would run there for weeks without saying why."""
+    if cfg["device"] == "cpu":
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    present = shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidiactl")
+    if cfg["device"] == "auto" and not present:
+        return "cpu"
+    build = (f"a CUDA {torch.version.cuda} build" if torch.version.cuda else
+             "a CPU-only build; `pip install torch==2.13.0` from PyPI gives the CUDA 13.0 one")
+    raise DeviceUnavailable(
+        f"device={cfg['device']}: {'an NVIDIA GPU is present' if present else 'a GPU is expected'}, "
+        f"but torch {torch.__version__} cannot use it (torch.cuda.is_available() is False; this "
+        f"torch is {build}). The pinned stack (torch 2.13.0, CUDA 13.0) needs an NVIDIA driver of "
+        f"branch 580 or newer: check the driver version with `nvidia-smi` and update it, or "
+        f"install a torch build that matches your driver. To run on the CPU on purpose, set "
+        f"device=cpu.")
 
 
 def autocast(cfg: dict):
@@ -23,15 +51,13 @@ def autocast(cfg: dict):
     """
     if not cfg["autocast"]:
         return contextlib.nullcontext()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.autocast(device, dtype=getattr(torch, cfg["autocast"]))
+    return torch.autocast(pick_device(cfg), dtype=getattr(torch, cfg["autocast"]))
 
 
 def load_learner(cfg: dict):
     """The Hugging Face model at cfg["model"], in `dtype`, on the GPU when there is one."""
     dtype = getattr(torch, cfg["dtype"])
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=dtype).to(pick_device(cfg))
     check_output_layer(model)
     if cfg["gradient_checkpointing"]:
         model.gradient_checkpointing_enable()
@@ -125,27 +151,94 @@ def batch_inputs(rollouts: list, pad_id: int, hidden_size: int, may_pack: bool =
             "rows": rows, "cols": cols, "at": at, "targets": ids[at + 1]}
 
 
-def response_logp(model, inputs: dict, with_entropy: bool = False):
+def response_logp(model, inputs: dict, with_entropy: bool = False, chunk_tokens: int = 0):
     """Token log-probs of the responses under `model`: ([B, T] logp, [B, T] float mask, entropy
     sum or None); `inputs` from batch_inputs, on the model's device.
 
     The output layer and the softmax run on the response tokens only, not on prompts and
     padding (with a 150k vocabulary those would dominate time and memory); check_output_layer
-    makes sure that is what the model's own forward computes.
+    makes sure that is what the model's own forward computes. With chunk_tokens > 0 they run on
+    at most chunk_tokens tokens at a time, and under autograd each chunk is recomputed in the
+    backward pass (torch.utils.checkpoint), so the memory of the logits is that of one chunk,
+    not (response tokens x vocabulary): the same values and gradients up to float rounding.
     """
     hidden = model.get_decoder()(input_ids=inputs["ids"], position_ids=inputs["position_ids"],
                                  use_cache=False).last_hidden_state
-    logits = model.get_output_embeddings()(hidden.flatten(0, 1)[inputs["at"]]).float()
-    flat = torch.log_softmax(logits, -1).gather(-1, inputs["targets"][:, None])[:, 0]
+    h = hidden.flatten(0, 1)[inputs["at"]]
+    head, targets, n = model.get_output_embeddings(), inputs["targets"], h.size(0)
+    size = chunk_tokens if 0 < chunk_tokens < n else n
+    recompute = size < n and torch.is_grad_enabled() and h.requires_grad
+    parts = []
+    for i in range(0, n, size):
+        args = (head, h[i:i + size], targets[i:i + size], with_entropy)
+        parts.append(torch.utils.checkpoint.checkpoint(token_logp, *args, use_reentrant=False)
+                     if recompute else token_logp(*args))
+    flat = torch.cat([lp for lp, _ in parts]) if len(parts) > 1 else parts[0][0]
     mask = inputs["mask"]
     logp = torch.zeros(mask.shape, dtype=flat.dtype, device=flat.device).index_put(
         (inputs["rows"], inputs["cols"]), flat)
+    entropy_sum = sum(ent for _, ent in parts) if with_entropy else None
+    return logp, mask.to(flat.dtype), entropy_sum
+
+
+def token_logp(head, h, targets, with_entropy: bool) -> tuple:
+    """log softmax(head(h))[targets] per token, in float32, and the sum of the tokens' entropies
+    (no gradient; None unless with_entropy)."""
+    logits = head(h).float()
+    logp = torch.log_softmax(logits, -1).gather(-1, targets[:, None])[:, 0]
     entropy_sum = None
     if with_entropy:
         with torch.no_grad():
-            entropy_sum = losses.entropy_from_logits(logits, torch.ones_like(flat)) * flat.numel()
-    return logp, mask.to(flat.dtype), entropy_sum
+            entropy_sum = losses.entropy_from_logits(logits, torch.ones_like(logp)) * logp.numel()
+    return logp, entropy_sum
 
+
+def model_inputs(model, rollouts: list, pad_id: int) -> dict:
+    """batch_inputs for `model`, on its device. sdpa and eager attention keep packed sequences
+    apart (a mask built from the position ids); flash-attention does so only for one row."""
+    device = next(model.parameters()).device
+    inputs = batch_inputs(rollouts, pad_id, model.config.hidden_size,
+                          may_pack=model.config._attn_implementation in ("sdpa", "eager"))
+    return {k: v if v is None else v.to(device) for k, v in inputs.items()}
+
+
+@torch.no_grad()
+def rollout_logp(cfg: dict, model, rollouts: list, pad_id: int) -> list:
+    """Each rollout's response token log-probs under `model` (lists of floats), in micro-batches
+    of micro_batch_size under the learner's autocast: the learner's own view of the behavior
+    policy when `model` holds the weights that sampled the rollouts."""
+    out, chunk = [], chunk_tokens(cfg, model)
+    for start in range(0, len(rollouts), cfg["micro_batch_size"]):
+        part = rollouts[start:start + cfg["micro_batch_size"]]
+        with autocast(cfg):
+            logp, _, _ = response_logp(model, model_inputs(model, part, pad_id), chunk_tokens=chunk)
+        out += [row[:len(r.response_ids)] for row, r in zip(logp.tolist(), part)]
+    return out
+
+
+def fresh_behavior(cfg: dict, model, batch, pad_id: int) -> dict:
+    """A batch just sampled, while the learner holds the weights that sampled it: the learner's
+    log-probs of its tokens replace the engine's when behavior_logp=learner, and either way the
+    engine-vs-learner mismatch is measured apart from staleness:
+    engine_k3 = token-mean of (rho - 1) - log rho, rho = exp(learner - engine log-prob), and
+    engine_logp_diff_max = max |learner - engine|. Both are ~0 only if the two compute alike."""
+    learner_logp = rollout_logp(cfg, model, batch.rollouts, pad_id)
+    T = max(len(lp) for lp in learner_logp)
+    engine, ours = (padded(rows, T, "cpu") for rows in
+                    ([r.behavior_logp for r in batch.rollouts], learner_logp))
+    mask = padded([[1.0] * len(lp) for lp in learner_logp], T, "cpu")
+    if cfg["behavior_logp"] == "learner":
+        for r, lp in zip(batch.rollouts, learner_logp):
+            r.behavior_logp = lp
+    return {"engine_k3": float(losses.k3(ours, engine, mask)),
+            "engine_logp_diff_max": float(((ours - engine).abs() * mask).max())}
+
+
+def chunk_tokens(cfg: dict, model) -> int:
+    """Response tokens per output-layer chunk: logits_chunk_mib of float32 logits (0: no chunks)."""
+    if cfg["logits_chunk_mib"] <= 0:
+        return 0
+    return max(1, int(cfg["logits_chunk_mib"] * 2 ** 20) // (4 * model.config.vocab_size))
 
 
 def padded(rows: list, T: int, device):

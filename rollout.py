@@ -74,12 +74,15 @@ class Sampler:
         # (they have no checkpoint tensors of their own); _refresh_tied_lm_head handles the former
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
         self.tokenizer = self.llm.get_tokenizer()
+        self.dtype = getattr(torch, dtype)
         self.version = 0
 
     def sample(self, prompts: list, m: int, max_tokens: int, temperature: float = 1.0,
-               seed: int = None) -> list:
+               seed: int = None, stop: list = ()) -> list:
         """m responses for each prompt, grouped: rollouts[i*m:(i+1)*m] answer prompts[i].
 
+        `stop`: strings that end a response (a base model's invented next question); the text
+        ends before the stop string, the tokens and log-probs keep what was sampled.
         With `seed`, prompt i is sampled with seeds seed + i*m .. seed + i*m + m-1 (vLLM gives
         the j-th of n samples seed + j), so a batch is reproducible independently of the others.
         """
@@ -89,6 +92,7 @@ class Sampler:
         # token's) instead of a dict of objects per token
         params = [SamplingParams(n=m, temperature=temperature, top_p=1.0, top_k=0,
                                  max_tokens=max_tokens, logprobs=0, flat_logprobs=True,
+                                 stop=list(stop) or None,
                                  seed=None if seed is None else seed + i * m)
                   for i in range(len(prompts))]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
@@ -104,8 +108,9 @@ class Sampler:
         return rollouts
 
     def sync(self, model, version: int) -> None:
-        """Load the learner's current weights into the engine in place; tag later samples."""
-        weights = ((name, p.detach()) for name, p in model.named_parameters())
+        """Load the learner's current weights into the engine in place; tag later samples.
+        They are cast to the engine's dtype here (as vLLM would, without its warning per tensor)."""
+        weights = ((name, p.detach().to(self.dtype)) for name, p in model.named_parameters())
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.collective_rpc(_refresh_tied_lm_head)
         self.llm.reset_prefix_cache()
@@ -158,7 +163,7 @@ def sample_batch(cfg, sampler, index: int) -> tuple:
     t0 = time.perf_counter()
     rollouts = sampler.sample([p["prompt"] for p in problems], cfg["group_size"],
                               cfg["max_tokens"], cfg["temperature"],
-                              seed=batch_seed(cfg["seed"], index))
+                              seed=batch_seed(cfg["seed"], index), stop=cfg["stop_strings"])
     t1 = time.perf_counter()
     correct = grading.grade_many([r.text for r in rollouts],
                                  [problems[r.prompt_index]["answer"] for r in rollouts],
@@ -174,7 +179,7 @@ def sample_batch(cfg, sampler, index: int) -> tuple:
 def pool_recipe(cfg: dict) -> dict:
     """What an offline pool's responses depend on; a run refuses a pool made with another."""
     keys = ["model", "task", "prompt_template", "group_size", "prompts_per_update", "max_tokens",
-            "temperature", "grade_timeout_s"]
+            "temperature", "stop_strings", "behavior_logp", "grade_timeout_s"]
     keys += ["toy_digits"] if cfg["task"] == "toy" else ["train_data"]
     recipe = {k: cfg[k] for k in keys}
     recipe.update(sampler_dtype=cfg["sampler_dtype"] or cfg["dtype"],
@@ -198,11 +203,12 @@ def _pool_batch_file(cfg: dict, index: int) -> str:
     return os.path.join(cfg["offline_pool"]["path"], f"batch-{index:06d}.json")
 
 
-def make_pool(cfg: dict, sampler) -> None:
+def make_pool(cfg: dict, sampler, fresh_behavior) -> None:
     """Offline training: sample the batches of the pool folder offline_pool.path that are not
     there yet, with the engine's current weights (the caller's base model). Batch i holds the
     prompts of batch i of a run seeded offline_pool.seed; each batch file is written atomically,
-    so a stopped generation continues where it stopped. A complete pool is left untouched."""
+    so a stopped generation continues where it stopped. A complete pool is left untouched.
+    fresh_behavior(batch) sets the batch's behavior log-probs (learner.fresh_behavior)."""
     path = cfg["offline_pool"]["path"]
     os.makedirs(path, exist_ok=True)
     if not os.path.exists(os.path.join(path, "recipe.json")):
@@ -213,6 +219,7 @@ def make_pool(cfg: dict, sampler) -> None:
                if not os.path.exists(_pool_batch_file(cfg, i))]
     for i in tqdm(missing, desc=f"offline pool {path}", dynamic_ncols=True, disable=not missing):
         batch, _ = sample_batch({**cfg, "seed": cfg["offline_pool"]["seed"]}, sampler, i)
+        fresh_behavior(batch)
         checkpoint.write_atomic(_pool_batch_file(cfg, i), json.dumps(batch.to_dict()))
 
 

@@ -1,6 +1,7 @@
-"""Run a grid of training runs (objectives x N x seeds), one after another, or print them.
+"""Run a grid of training runs (objectives x N x seeds) here, send it to SLURM, or print it.
 
     python sweep.py configs/sweep_fig3_toy.yaml            # run every unfinished run here
+    python sweep.py configs/sweep_fig3_qwen.yaml --slurm --slurm-partition gpu --slurm-time-min 2880
     python sweep.py configs/sweep_fig3_toy.yaml --print    # one command per run, for a scheduler
 
 A sweep file names a base config, a grid and an output root:
@@ -16,13 +17,22 @@ A sweep file names a base config, a grid and an output root:
 Each run goes to <out_root>/<loss>_N<delay>_s<seed>, followed by _<name>-<value> for every other
 grid key (name: the last part of a dotted key), e.g. ggpo_N8_s0_beta-0.1_ref_refresh_every-25.
 A run whose metrics.jsonl already reaches `updates` is skipped, an unfinished one resumes from
-its last checkpoint. Runs here share one vLLM engine (the base model is the same for all).
+its last checkpoint. Runs here share one vLLM engine while its settings (model, sampler dtype,
+`vllm`) stay the same.
+
+--slurm submits one job per unfinished run through submitit (a job array; logs in
+<out_root>/slurm/), each with the resources of SLURM below, the sweep file's `slurm:` mapping
+(e.g. slurm: {partition: gpu, time_min: 2880, account: mylab}) or --slurm-<key> flags. A job
+near its time limit checkpoints and requeues itself (TrainJob); rerunning the same command
+later submits only what is still unfinished.
 """
 import argparse
+import gc
 import itertools
 import json
 import os
 import shlex
+import signal
 import sys
 
 import yaml
@@ -30,6 +40,8 @@ import yaml
 import config
 import rollout
 import train
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def expand(sweep: dict) -> list:
@@ -55,6 +67,11 @@ def expand(sweep: dict) -> list:
     return runs
 
 
+def engine_key(cfg: dict) -> str:
+    """What a vLLM engine is made with: runs that agree on it share one engine."""
+    return json.dumps([cfg["model"], cfg["sampler_dtype"] or cfg["dtype"], cfg["vllm"]])
+
+
 def finished(out_dir: str, updates: int) -> bool:
     path = os.path.join(out_dir, "metrics.jsonl")
     if not os.path.exists(path):
@@ -66,27 +83,123 @@ def finished(out_dir: str, updates: int) -> bool:
     return last >= updates
 
 
+# ----------------------------------------------------------------------------- SLURM
+
+# Resources of each job; a sweep file's `slurm:` mapping and the --slurm-* flags override them.
+SLURM = {"partition": None, "account": None, "qos": None, "time_min": 1440, "gpus": 1,
+         "cpus": 16, "mem_gb": 200, "signal_delay_s": 600, "max_requeues": 100,
+         "max_parallel": 64, "cluster": None}
+
+
+class TrainJob:
+    """One run of the grid as a submitit job: train.train with resume=true, so a job that starts
+    again continues from the run's last checkpoint.
+
+    SLURM sends SIGUSR2 signal_delay_s before the time limit (or on preemption, where the cluster
+    is set up so): the update in progress finishes, a checkpoint is written, and the job requeues
+    itself with the same arguments (submitit's checkpoint hook), up to max_requeues times.
+    SIGTERM (scancel, or preemption on clusters that requeue by themselves) writes a checkpoint
+    and ends the job; `sweep.py FILE --slurm` again resubmits every unfinished run.
+    """
+
+    def __init__(self, workdir: str):
+        self.workdir = workdir  # config paths and out_dirs are relative to where sweep.py ran
+
+    def __call__(self, config_path: str, overrides: list) -> str:
+        os.chdir(self.workdir)
+        sys.path.insert(0, HERE)
+        import config as config_lib
+        import train as train_lib
+        cfg = config_lib.load_config(config_path, list(overrides) + ["resume=true"])
+        train_lib.train(cfg)
+        if train_lib.STOP["signal"] == signal.SIGUSR2:  # checkpointed: now let submitit requeue
+            requeue = signal.getsignal(signal.SIGUSR2)  # submitit's, restored by train()
+            if callable(requeue):
+                requeue(signal.SIGUSR2, None)
+        elif train_lib.STOP["signal"]:
+            raise RuntimeError(f"{cfg['out_dir']} stopped by {signal.Signals(train_lib.STOP['signal']).name}"
+                               f" after a checkpoint: run sweep.py again to resubmit it")
+        return cfg["out_dir"]
+
+    def checkpoint(self, config_path: str, overrides: list):
+        """Called by submitit to requeue: the same job (a resumed run continues)."""
+        import submitit
+        return submitit.helpers.DelayedSubmission(self, config_path, overrides)
+
+
+def make_executor(sweep: dict, flags: dict):
+    """A submitit executor for the sweep's jobs (cluster=local runs them here, for testing)."""
+    try:
+        import submitit
+    except ImportError:
+        raise ImportError("--slurm needs submitit: pip install submitit") from None
+    s = {**SLURM, **sweep.get("slurm", {}), **{k: v for k, v in flags.items() if v is not None}}
+    unknown = sorted(set(s) - set(SLURM))
+    if unknown:
+        raise ValueError(f"unknown slurm setting(s) {unknown}; known: {sorted(SLURM)}")
+    executor = submitit.AutoExecutor(folder=os.path.join(sweep["out_root"], "slurm", "%j"),
+                                     cluster=s["cluster"], slurm_max_num_timeout=s["max_requeues"])
+    executor.update_parameters(
+        timeout_min=s["time_min"], gpus_per_node=s["gpus"], cpus_per_task=s["cpus"],
+        mem_gb=s["mem_gb"], nodes=1, tasks_per_node=1, slurm_signal_delay_s=s["signal_delay_s"],
+        slurm_array_parallelism=s["max_parallel"], name=os.path.basename(sweep["out_root"]),
+        **{f"slurm_{k}": s[k] for k in ("partition", "account", "qos") if s[k]})
+    return executor
+
+
+def submit(sweep: dict, executor) -> list:
+    """One job per unfinished run of the grid (a job array); returns the submitit jobs."""
+    todo = unfinished(sweep)
+    with executor.batch():
+        jobs = [executor.submit(TrainJob(os.getcwd()), sweep["config"], overrides)
+                for _, out_dir, overrides in todo]
+    for job, (_, out_dir, _) in zip(jobs, todo):
+        print(f"job {job.job_id}: {out_dir}", file=sys.stderr)
+    return jobs
+
+
+# ----------------------------------------------------------------------------- main
+
+def unfinished(sweep: dict) -> list:
+    """[(cfg, out_dir, overrides)] of the grid's runs that have not reached `updates`."""
+    runs = expand(sweep)
+    configs = [config.load_config(sweep["config"], overrides) for _, overrides in runs]
+    todo = [(cfg, d, o) for cfg, (d, o) in zip(configs, runs) if not finished(d, cfg["updates"])]
+    print(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to run",
+          file=sys.stderr)
+    return todo
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="sweep YAML file")
     parser.add_argument("--print", action="store_true", help="print one command per run")
+    parser.add_argument("--slurm", action="store_true", help="submit one SLURM job per "
+                                                             "unfinished run (submitit)")
+    for key, default in SLURM.items():
+        parser.add_argument(f"--slurm-{key.replace('_', '-')}", dest=f"slurm_{key}",
+                            type=type(default) if isinstance(default, int) else str,
+                            help=f"default {default}, or the sweep file's slurm.{key}")
     args = parser.parse_args(argv)
     with open(args.sweep) as f:
         sweep = yaml.safe_load(f)
-    runs = expand(sweep)
-    configs = [config.load_config(sweep["config"], overrides) for _, overrides in runs]
     if args.print:
-        for _, overrides in runs:
+        for _, overrides in expand(sweep):
+            config.load_config(sweep["config"], overrides)  # a bad run fails here, not on a node
             print(" ".join(["python", "train.py", sweep["config"], *map(shlex.quote, overrides)]))
         return
-    todo = [(cfg, d) for cfg, (d, _) in zip(configs, runs) if not finished(d, cfg["updates"])]
-    print(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to run",
-          file=sys.stderr)
-    sampler = None
+    if args.slurm:
+        flags = {k: getattr(args, f"slurm_{k}") for k in SLURM}
+        submit(sweep, make_executor(sweep, flags))
+        return
+    todo = [(cfg, d) for cfg, d, _ in unfinished(sweep)]
+    sampler, engine = None, None
     for i, (cfg, out_dir) in enumerate(todo):
         print(f"[{i + 1}/{len(todo)}] {out_dir}", file=sys.stderr)
-        if sampler is None:
-            sampler = rollout.make_sampler(cfg)
+        if engine_key(cfg) != engine:  # a grid over the engine's own settings needs a new one
+            del sampler
+            gc.collect()
+            sampler, engine = rollout.make_sampler(cfg), engine_key(cfg)
         train.train({**cfg, "resume": True}, sampler=sampler)  # an unfinished run continues
         if train.STOP["signal"]:  # SIGINT/SIGTERM: this run checkpointed; rerun to continue
             sys.exit(128 + train.STOP["signal"])

@@ -14,7 +14,7 @@ What is simplified: one process and one device; the sampler and the learner take
 overlap of generation and training); micro-batches hold whole groups.
 
 Runs survive: a checkpoint (out_dir/ckpt-XXXXXX) is written every `ckpt_every` updates, at the
-end, and on SIGINT/SIGTERM (the update finishes first; exit code 128 + signal: 130 or 143).
+end, and on SIGINT/SIGTERM/SIGUSR2 (the update finishes first; exit code 128 + signal).
 The same command with resume=true continues from the last checkpoint exactly as if never stopped.
 """
 import contextlib
@@ -33,8 +33,9 @@ from tqdm import tqdm
 import checkpoint
 import config
 import evaluate
-import losses
 import learner
+import loggers
+import losses
 import rollout
 import tasks
 
@@ -46,6 +47,7 @@ class RunState:
     next_batch: int = 0           # index of the next rollout batch to sample
     responses_total: int = 0      # responses generated so far (warm-up, offline pool included)
     skipped_updates: int = 0      # updates skipped for a non-finite loss/gradient or OOM
+    oom_updates: int = 0          # of which: out of memory in learn()
     skips_in_a_row: int = 0
     queue: deque = field(default_factory=deque)  # the delay queue: RolloutBatch, oldest first
     rng: dict = None              # RNG states at the checkpoint, restored when the loop starts
@@ -56,7 +58,7 @@ class RunState:
         check that a resumed run draws the same samples)."""
         return {"update": self.update, "next_batch": self.next_batch,
                 "responses_total": self.responses_total, "skipped_updates": self.skipped_updates,
-                "skips_in_a_row": self.skips_in_a_row,
+                "oom_updates": self.oom_updates, "skips_in_a_row": self.skips_in_a_row,
                 "queue": [b.to_dict() for b in self.queue], "rng": checkpoint.rng_state(),
                 "seed": seed, "next_batch_seed": rollout.batch_seed(seed, self.next_batch)}
 
@@ -66,8 +68,8 @@ class RunState:
             raise RuntimeError(f"rollout.batch_seed changed since {path} was written: a resumed "
                                f"run would not draw the samples of the original one")
         return cls(d["update"], d["next_batch"], d["responses_total"], d["skipped_updates"],
-                   d["skips_in_a_row"], deque(rollout.RolloutBatch.from_dict(b) for b in d["queue"]),
-                   d["rng"])
+                   d.get("oom_updates", 0), d["skips_in_a_row"],
+                   deque(rollout.RolloutBatch.from_dict(b) for b in d["queue"]), d["rng"])
 
 
 def train(cfg: dict, sampler=None) -> list:
@@ -105,7 +107,7 @@ def train(cfg: dict, sampler=None) -> list:
     if pad_id is None:
         pad_id = sampler.tokenizer.eos_token_id
     if offline and start == 0:  # the engine holds the base model: make what the pool lacks
-        rollout.make_pool(cfg, sampler)
+        rollout.make_pool(cfg, sampler, lambda batch: learner.fresh_behavior(cfg, model, batch, pad_id))
 
     def save(t):
         t0 = time.perf_counter()
@@ -116,11 +118,17 @@ def train(cfg: dict, sampler=None) -> list:
         tqdm.write(f"checkpoint {path}: {size / 1e6:.1f} MB in {time.perf_counter() - t0:.2f} s",
                    file=sys.stderr)
 
-    rows = []
-    with open(os.path.join(out_dir, "metrics.jsonl"), "a") as log_file, stop_on_signals():
+    rows, live = [], loggers.open_loggers(cfg, out_dir, start if ckpt else None)
+    with open(os.path.join(out_dir, "metrics.jsonl"), "a") as log_file, stop_on_signals(), \
+            contextlib.ExitStack() as closing:
+        for logger in live:
+            closing.callback(logger.close)
+
         def log(row):
             rows.append(row)
             checkpoint.append_row(log_file, row)
+            for logger in live:
+                logger.log(checkpoint.jsonable(row))
 
         if cfg["eval_every"] > 0 and start == 0:
             log({"update": 0, "responses_total": state.responses_total,
@@ -135,7 +143,7 @@ def train(cfg: dict, sampler=None) -> list:
                   f"updates train on fresher batches than a run planned this long would",
                   file=sys.stderr)
         while len(state.queue) < min(N, T - start):
-            sample_into_queue(cfg, sampler, state)
+            sample_into_queue(cfg, sampler, state, model, pad_id)
         if state.rng:
             checkpoint.set_rng_state(state.rng)  # after loading and engine start, which draw from them
 
@@ -150,18 +158,19 @@ def train(cfg: dict, sampler=None) -> list:
                 batch = rollout.pool_batch(cfg, t)
             else:
                 if state.next_batch < T:  # sample with version t-1 only if some update trains on it
-                    new, times = sample_into_queue(cfg, sampler, state)
+                    new, times = sample_into_queue(cfg, sampler, state, model, pad_id)
                     sample_reward = sum(new.rewards) / len(new.rewards)
                 batch = state.queue.popleft()
 
             # ---------------------------------------------------------- learn
-            metrics = learn(cfg, model, ref_model, optimizer, batch, pad_id)
+            metrics = learn_or_skip(cfg, model, ref_model, optimizer, batch, pad_id, t)
             # A non-finite loss or gradient skips the step (weights untouched), but the batch is
             # consumed and the update counted, so data order and delay stay those of the schedule:
             # one overflowing batch should not cost a restart. A streak of max_consecutive_skips
             # means divergence: stop, keeping the last checkpoint (resuming would replay it).
             state.update = t
             state.skipped_updates += int(metrics["skipped"])
+            state.oom_updates += int(metrics.get("oom", 0))
             state.skips_in_a_row = state.skips_in_a_row + 1 if metrics["skipped"] else 0
 
             # ---------------------------------------------------------- sync
@@ -184,7 +193,7 @@ def train(cfg: dict, sampler=None) -> list:
                    "responses_total": state.responses_total,
                    "response_len_mean": sum(len(r.response_ids) for r in batch.rollouts) / len(versions),
                    "lr": cfg["lr"],
-                   "skipped_updates": state.skipped_updates,
+                   "skipped_updates": state.skipped_updates, "oom_updates": state.oom_updates,
                    **metrics, **times}
             with learner.timed(row, "time/eval"):
                 if cfg["eval_every"] > 0 and (t % cfg["eval_every"] == 0 or t == T):
@@ -198,12 +207,7 @@ def train(cfg: dict, sampler=None) -> list:
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", k3=f"{row['k3']:.4f}")
             log_seconds = time.perf_counter() - t0
             if state.skips_in_a_row >= cfg["max_consecutive_skips"]:
-                raise FloatingPointError(
-                    f"updates {t - state.skips_in_a_row + 1}..{t} all had a non-finite loss or "
-                    f"gradient (max_consecutive_skips={cfg['max_consecutive_skips']}): the run has "
-                    f"diverged. No optimizer step used them; the last checkpoint, "
-                    f"{checkpoint.latest_checkpoint(out_dir) or 'none'}, is kept. Lower lr (or "
-                    f"check loss_args) and start a new run")
+                raise diverged(cfg, state, bool(metrics.get("oom")), out_dir)
 
             # ---------------------------------------------------------- checkpoint
             if t == T or (cfg["ckpt_every"] > 0 and t % cfg["ckpt_every"] == 0) or STOP["signal"]:
@@ -215,13 +219,37 @@ def train(cfg: dict, sampler=None) -> list:
     return rows
 
 
-def sample_into_queue(cfg: dict, sampler, state: RunState) -> tuple:
-    """Sample the next rollout batch with the engine's current weights onto the delay queue."""
+def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int) -> tuple:
+    """Sample the next rollout batch with the engine's current weights onto the delay queue;
+    returns it and its metrics (phase times, engine-vs-learner mismatch)."""
     batch, times = rollout.sample_batch(cfg, sampler, state.next_batch)
+    with learner.timed(times, "time/behavior", next(model.parameters()).device):
+        times.update(learner.fresh_behavior(cfg, model, batch, pad_id))
     state.queue.append(batch)
     state.next_batch += 1
     state.responses_total += len(batch.rollouts)
     return batch, times
+
+
+def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id: int,
+                  update: int) -> dict:
+    """learn(); an out-of-memory error in it skips the update like a non-finite loss does: the
+    batch is consumed, the weights and AdamW state stay as they were (the error comes before
+    the step), the memory is released, and the run goes on; a streak stops it (see train)."""
+    try:
+        return learn(cfg, model, ref_model, optimizer, batch, pad_id)
+    except torch.OutOfMemoryError as e:
+        error = str(e).split("\n")[0]
+    optimizer.zero_grad(set_to_none=True)  # outside the except: its traceback held the tensors
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    lengths = [len(r.response_ids) for r in batch.rollouts]
+    tqdm.write(f"update {update}: out of memory in learn() ({error[:200]}) on {len(lengths)} "
+               f"responses of {min(lengths)}-{max(lengths)} tokens (mean {sum(lengths) / len(lengths):.0f}, "
+               f"{sum(lengths)} in all); skipped: batch consumed, weights and optimizer untouched",
+               file=sys.stderr)
+    return {"skipped": 1.0, "oom": 1.0, "loss": math.nan, "k3": math.nan, "entropy": math.nan,
+            "grad_norm": math.nan}
 
 
 def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id: int) -> dict:
@@ -237,25 +265,22 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
     mb = cfg["micro_batch_size"]
     n_tokens_total = sum(len(r.response_ids) for r in batch.rollouts)
     need_ref = losses.needs_ref(cfg["loss"])
+    chunk = learner.chunk_tokens(cfg, model)
     logp_all, ref_all, entropy_sum = [], [], 0.0
     loss_total = torch.zeros((), device=device)
     optimizer.zero_grad(set_to_none=True)
-    # sdpa and eager attention keep packed sequences apart (a mask built from the position ids);
-    # flash-attention does so only for a batch of one row
-    may_pack = model.config._attn_implementation in ("sdpa", "eager")
     for start in range(0, len(batch.rollouts), mb):
         part = batch.rollouts[start:start + mb]
         with learner.timed(times, "time/learn"):
-            inputs = learner.batch_inputs(part, pad_id, model.config.hidden_size, may_pack)
-            inputs = {k: v if v is None else v.to(device) for k, v in inputs.items()}
+            inputs = learner.model_inputs(model, part, pad_id)
         ref_logp = None
         with learner.timed(times, "time/ref", device):
             if need_ref:  # the reference's forward pass only, no graph
                 with torch.no_grad(), learner.autocast(cfg):
-                    ref_logp, _, _ = learner.response_logp(ref_model, inputs)
+                    ref_logp, _, _ = learner.response_logp(ref_model, inputs, chunk_tokens=chunk)
         with learner.timed(times, "time/learn", device):
             with learner.autocast(cfg):
-                logp, mask, ent = learner.response_logp(model, inputs, with_entropy=True)
+                logp, mask, ent = learner.response_logp(model, inputs, True, chunk)
             behavior = learner.padded([r.behavior_logp for r in part], logp.size(1), device)
             rewards = torch.tensor(batch.rewards[start:start + mb], dtype=torch.float32, device=device)
             loss, _ = losses.compute_loss(cfg["loss"], logp=logp, behavior_logp=behavior,
@@ -300,6 +325,8 @@ def preflight(cfg: dict):
     of another recipe, and an out_dir that holds another run (or this run, without resume=true).
     Returns the checkpoint to resume from, or None.
     """
+    learner.pick_device(cfg)  # a GPU that is expected but unusable: say so now, not after hours
+    loggers.check(cfg)
     if cfg["task"] == "math":
         tasks.train_problems(cfg)  # raises BenchmarkUnavailable, naming the two ways to supply it
     if not (cfg["task"] == "toy" and cfg["build_toy_model"]) and not os.path.isdir(cfg["model"]):
@@ -315,8 +342,25 @@ def preflight(cfg: dict):
     return checkpoint.check_out_dir(cfg)
 
 
-# The first SIGINT/SIGTERM sets STOP["signal"]: the run finishes its update, writes a checkpoint
-# and train() returns; main() then exits with 128 + signal (130 SIGINT, 143 SIGTERM).
+def diverged(cfg: dict, state: RunState, oom: bool, out_dir: str) -> Exception:
+    """The error that stops a run after max_consecutive_skips skipped updates in a row."""
+    t, kept = state.update, checkpoint.latest_checkpoint(out_dir) or "none"
+    if oom:
+        return torch.OutOfMemoryError(
+            f"updates {t - state.skips_in_a_row + 1}..{t} were all skipped, the last for running "
+            f"out of memory in learn(). The last checkpoint, {kept}, is kept: lower "
+            f"micro_batch_size (a multiple of group_size) or logits_chunk_mib, or set "
+            f"gradient_checkpointing=true, then continue with resume=true (these keys may change "
+            f"on resume); or lower max_tokens in a new run")
+    return FloatingPointError(
+        f"updates {t - state.skips_in_a_row + 1}..{t} all had a non-finite loss or gradient "
+        f"(max_consecutive_skips={cfg['max_consecutive_skips']}): the run has diverged. No "
+        f"optimizer step used them; the last checkpoint, {kept}, is kept. Lower lr (or check "
+        f"loss_args) and start a new run")
+
+
+# The first SIGINT/SIGTERM/SIGUSR2 sets STOP["signal"]: the run finishes its update, writes a
+# checkpoint and train() returns; main() then exits with 128 + signal (130 SIGINT, 143 SIGTERM).
 STOP = {"signal": None}
 
 
@@ -332,11 +376,13 @@ def on_signal(signum, frame) -> None:
 
 @contextlib.contextmanager
 def stop_on_signals():
-    """SIGINT/SIGTERM set STOP["signal"] inside the block (Python's signals need the main thread)."""
+    """SIGINT/SIGTERM/SIGUSR2 (SLURM's warning before a time limit) set STOP["signal"] inside the
+    block (Python's signals need the main thread)."""
     STOP["signal"] = None
     handlers = {}
     if threading.current_thread() is threading.main_thread():
-        handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        handlers = {sig: signal.signal(sig, on_signal)
+                    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)}
     try:
         yield
     finally:
@@ -351,7 +397,8 @@ def main(argv: list) -> None:
     try:
         cfg = config.load_config(argv[0], argv[1:])
         preflight(cfg)
-    except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as e:
+    except (ValueError, TypeError, FileNotFoundError, NotImplementedError, ImportError,
+            PermissionError, tasks.BenchmarkUnavailable, learner.DeviceUnavailable) as e:
         sys.exit(f"error: {e}")  # bad input: the message says what is wrong and how to fix it
     train(cfg)
     if STOP["signal"]:  # stopped early by a signal, its checkpoint written

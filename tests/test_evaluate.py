@@ -53,7 +53,7 @@ class FakeSampler:
         self.llm = SimpleNamespace(model_config=SimpleNamespace(max_model_len=max_model_len))
         self.seeds = []
 
-    def sample(self, prompts, m, max_tokens, temperature=1.0, seed=None):
+    def sample(self, prompts, m, max_tokens, temperature=1.0, seed=None, stop=()):
         self.seeds.append(seed)
         return [rollout.Rollout(i, [], [1, 2, 3], r"so \boxed{0.5}" if j < self.plan[p]
                                 else r"so \boxed{0.4}", [], 0, j < m - 1)
@@ -170,7 +170,7 @@ def test_unreachable_hub_fails_fast_with_both_ways(monkeypatch):
 def test_offline_hub_without_cache_fails_fast_through_datasets(tmp_path):
     """HF_HUB_OFFLINE=1 and an empty cache: datasets itself refuses, and the error says how to fix."""
     spec = config.load_config(None)["benchmarks"]["amc23"]
-    code = ("import evaluate\n"
+    code = ("import tasks\n"
             "try:\n"
             f"    tasks.load_benchmark('amc23', {spec!r})\n"
             "except tasks.BenchmarkUnavailable as e:\n"

@@ -12,7 +12,6 @@ import time
 import pytest
 
 import grading
-import tasks
 from conftest import ROOT
 
 # (prediction inside \boxed{}, reference answer): must grade True
@@ -154,7 +153,7 @@ def test_grading_from_a_non_main_thread():
 def test_batch_deadline_counts_the_rest_wrong(monkeypatch):
     """With no per-item allowance left, the batch ends at the first item deadline: the stuck items
     and those never started count wrong, instead of each waiting its turn (4 x 1.5 s / 2)."""
-    monkeypatch.setattr(tasks, "GRADE_ITEM_BUDGET_S", 0.0)
+    monkeypatch.setattr(grading, "GRADE_ITEM_BUDGET_S", 0.0)
     towers = ["\\boxed{" + str(base) + "^{2^{2^{2^{2^{2}}}}}}" for base in (3, 5, 7, 9)]
     assert len(set(towers)) == 4
     before = grading.GRADE_STATS["batch_deadline"]
@@ -168,7 +167,7 @@ def test_batch_deadline_counts_the_rest_wrong(monkeypatch):
 def test_grader_that_cannot_start_raises_instead_of_grading_all_wrong(tmp_path):
     """A broken Math-Verify install must stop the run, not silently zero every reward."""
     (tmp_path / "math_verify.py").write_text("raise ImportError('math_verify is broken here')\n")
-    code = ("import tasks\ntry:\n    grading.grade_many([r'\\boxed{0.5}'], ['1/2'])\n"
+    code = ("import grading\ntry:\n    grading.grade_many([r'\\boxed{0.5}'], ['1/2'])\n"
             "except RuntimeError as e:\n    print('RuntimeError:', e)\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

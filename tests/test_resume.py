@@ -301,3 +301,73 @@ def test_second_signal_aborts_at_once(monkeypatch):
     assert train.STOP["signal"] == signal.SIGINT and calls == []
     train.on_signal(signal.SIGINT, None)
     assert calls == [(signal.SIGINT, signal.SIG_DFL), (os.getpid(), signal.SIGINT)]
+
+
+# ----------------------------------------------------------------------------- out of memory, no GPU
+
+def test_out_of_memory_skips_the_update_then_resumes_exactly(tmp_path, sampler, monkeypatch):
+    """learn() raising torch's OOM error on update 2 (after its backward, before the step): the
+    update is skipped and counted, the weights and AdamW untouched, the run goes on; a run
+    stopped by SIGTERM in that update (checkpoint 2) and resumed matches the run never stopped."""
+    learn, plan = train.learn, {"oom_at": {2}, "n": 0}
+
+    steps = lambda optimizer, model: int(optimizer.state[next(model.parameters())]["step"])
+
+    def learn_oom(cfg, model, ref_model, optimizer, batch, pad_id):
+        plan["n"] += 1
+        if plan["n"] - 1 in plan["oom_at"]:  # the update after: nothing of the skipped one left
+            assert all(p.grad is None for p in model.parameters())
+            assert all(torch.equal(a, b) for a, b in zip(plan["weights"], model.parameters()))
+            assert steps(optimizer, model) == plan["steps"]
+        if plan["n"] == plan.get("stop_at"):
+            os.kill(os.getpid(), signal.SIGTERM)  # the loop finishes this update, then stops
+        if plan["n"] in plan["oom_at"]:
+            plan["weights"] = [p.detach().clone() for p in model.parameters()]
+            plan["steps"] = steps(optimizer, model)
+            for p in model.parameters():  # the gradients a backward left behind
+                p.grad = torch.ones_like(p)
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 73.00 GiB")
+        return learn(cfg, model, ref_model, optimizer, batch, pad_id)
+
+    monkeypatch.setattr(train, "learn", learn_oom)
+    kw = dict(loss="ggpo", delay=2, updates=5, lr=1e-3, ckpt_every=2)
+    rows = train.train(toy_config(tmp_path / "ref", **kw), sampler=sampler)
+    assert [r["skipped"] for r in rows] == [0, 1, 0, 0, 0]
+    assert [r["oom_updates"] for r in rows] == [0, 1, 1, 1, 1]
+    assert math.isnan(rows[1]["k3"]) and rows[1]["staleness"] == 1
+
+    plan.update(n=0, stop_at=2)  # SIGTERM during the update that runs out of memory
+    rows = train.train(toy_config(tmp_path / "run", **kw), sampler=sampler)
+    assert [r["update"] for r in rows] == [1, 2] and rows[-1]["skipped"] == 1
+    plan.update(n=10)  # no more OOM
+    rows = train.train({**toy_config(tmp_path / "run", **kw), "resume": True}, sampler=sampler)
+    assert [r["update"] for r in rows] == [3, 4, 5]
+    assert_same_metrics(read_jsonl(tmp_path / "run" / "metrics.jsonl"),
+                        read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
+
+
+def test_out_of_memory_streak_stops_naming_what_to_lower(tmp_path, sampler, monkeypatch):
+    def always_oom(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+    monkeypatch.setattr(train, "learn", always_oom)
+    cfg = toy_config(tmp_path, delay=0, updates=5, max_consecutive_skips=2)
+    with pytest.raises(torch.OutOfMemoryError, match="lower micro_batch_size .* logits_chunk_mib, "
+                                                     "or set gradient_checkpointing=true"):
+        train.train(cfg, sampler=sampler)
+    # those keys may change when the run is resumed
+    assert config.config_differences(cfg, {**cfg, "micro_batch_size": 4, "logits_chunk_mib": 64,
+                                           "gradient_checkpointing": True}) == []
+
+
+def test_a_gpu_that_is_expected_but_unusable_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(learner, "load_learner", lambda cfg: pytest.fail("loaded a model"))
+    with pytest.raises(learner.DeviceUnavailable, match="driver of branch 580 or newer"):
+        train.train(toy_config(tmp_path, device="cuda"))
+    with pytest.raises(SystemExit) as stop:
+        train.main([os.path.join(ROOT, "configs", "toy.yaml"), "device=cuda", f"out_dir={tmp_path}"])
+    message = str(stop.value.code)
+    assert message.startswith("error: device=cuda: a GPU is expected, but torch ")
+    assert "torch.cuda.is_available() is False" in message and "set device=cpu" in message
+    print(message)
+    assert learner.pick_device({"device": "cpu"}) == "cpu"

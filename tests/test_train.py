@@ -57,7 +57,8 @@ def test_response_logp_matches_one_sequence_at_a_time(toy_model):
     the output layer on response tokens only, equal a plain forward pass over each sequence
     alone; the entropy is that of the full logits."""
     import rollout
-    model = learner.load_learner({"model": toy_model, "dtype": "float32", "gradient_checkpointing": False})
+    model = learner.load_learner({"model": toy_model, "dtype": "float32", "gradient_checkpointing": False,
+                                  "device": "auto"})
     long = rollout.Rollout(0, list(range(5, 16)), [13], "", [-1.0], 0, False)
     short = [rollout.Rollout(0, [5, 6], [8], "", [-0.5], 0, True),
              rollout.Rollout(1, [20], [22, 1], "", [-0.125] * 2, 0, True),
@@ -155,3 +156,72 @@ def test_math_task_refuses_missing_training_data(tmp_path):
     cfg["train_data"] = {**cfg["train_data"], "file": "/nowhere.jsonl"}
     with pytest.raises(tasks.BenchmarkUnavailable, match="'/nowhere.jsonl' does not exist"):
         train.train(cfg)
+
+
+def test_chunked_output_layer_gives_the_same_logp_entropy_and_gradients(toy_model):
+    """The output layer and softmax over chunks of 3 response tokens, recomputed in the backward
+    pass, against all tokens at once, in fp32: log-probs within 1e-5 (on values ~10), entropy
+    within 1e-6 relative, gradients within 1e-5 of each tensor's largest entry."""
+    import rollout
+    model = learner.load_learner({"model": toy_model, "dtype": "float32", "gradient_checkpointing": False,
+                                  "device": "auto"})
+    rollouts = [rollout.Rollout(0, [5 + i, 6, 7], list(range(10 + i, 17 + 2 * i)), "", [], 0, True)
+                for i in range(4)]  # 7, 9, 11, 13 response tokens: 40 in all
+    inputs = learner.batch_inputs(rollouts, 0, model.config.hidden_size)
+    results = []
+    for chunk in (0, 3, 40):
+        model.zero_grad()
+        logp, mask, entropy = learner.response_logp(model, inputs, True, chunk)
+        (logp * torch.linspace(-1, 1, logp.numel()).view_as(logp)).sum().backward()
+        results.append((logp.detach(), float(entropy), [p.grad.clone() for p in model.parameters()]))
+    (full, full_entropy, full_grads), *others = results
+    for logp, entropy, grads in others:
+        assert (logp - full).abs().max() < 1e-5  # fp32 rounding of log-probs of size ~10
+        assert entropy == pytest.approx(full_entropy, rel=1e-6)
+        for g, g_full in zip(grads, full_grads):
+            ratio = float((g - g_full).abs().max() / g_full.abs().max())
+            assert ratio <= 1e-5, ratio  # of the tensor's largest entry
+    assert learner.chunk_tokens({"logits_chunk_mib": 1}, model) == 2 ** 20 // (4 * model.config.vocab_size)
+    assert learner.chunk_tokens({"logits_chunk_mib": 0}, model) == 0
+
+
+def test_behavior_logp_sources_and_the_engine_mismatch(tmp_path, sampler):
+    """N = 0, both sides fp32: the engine's and the learner's log-probs agree (engine_k3 ~ 0). With
+    the learner under bf16 autocast they do not: engine_k3 is large, and K3 on the trained batch
+    reads that numerical mismatch as if it were staleness, unless behavior_logp=learner, where
+    the behavior log-probs are the learner's own and K3 is exactly 0 at N = 0."""
+    base = dict(delay=0, updates=3, lr=1e-3)
+    engine = train.train(toy_config(tmp_path / "engine", **base), sampler)
+    assert all(r["engine_k3"] < 1e-8 and r["k3"] < 1e-8 for r in engine)
+    ours = train.train(toy_config(tmp_path / "learner", behavior_logp="learner", **base), sampler)
+    assert all(r["k3"] == 0 and r["logp_diff_max"] == 0 and r["engine_k3"] < 1e-8 for r in ours)
+
+    bf16 = dict(base, autocast="bfloat16")
+    engine = train.train(toy_config(tmp_path / "engine_bf16", **bf16), sampler)
+    # at N = 0 the trained batch is the fresh one: all of its K3 is the numerical mismatch
+    assert all(r["engine_k3"] > 1e-6 and r["k3"] == pytest.approx(r["engine_k3"]) for r in engine)
+    assert sum(r["engine_k3"] for r in engine) / 3 > 3e-5  # fp32 on both sides: ~1e-9
+    ours = train.train(toy_config(tmp_path / "learner_bf16", behavior_logp="learner", **bf16), sampler)
+    assert all(r["engine_k3"] > 1e-6 and r["k3"] == 0 for r in ours)
+
+
+def test_stop_strings_cut_the_text_before_grading(tmp_path, sampler, toy_model):
+    """A stop string ends the text that is graded (a base model's invented next problem would be
+    cut the same way); the tokens and log-probs keep what was sampled."""
+    import rollout
+    cfg = toy_config(tmp_path, prompts_per_update=8, group_size=4, stop_strings=[])
+    sampler.sync(learner.load_learner({**cfg, "model": toy_model}), 0)
+    whole, _ = rollout.sample_batch(cfg, sampler, 0)
+    cut, _ = rollout.sample_batch({**cfg, "stop_strings": ["}"]}, sampler, 0)
+    assert sum(whole.rewards) > 0 and sum(cut.rewards) == 0
+    closed = [i for i, r in enumerate(whole.rollouts) if "}" in r.text]
+    assert closed
+    for i in closed:
+        assert cut.rollouts[i].text == whole.rollouts[i].text.split("}")[0]
+        assert cut.rollouts[i].finished
+        n = len(cut.rollouts[i].response_ids)
+        assert cut.rollouts[i].response_ids == whole.rollouts[i].response_ids[:n]
+        assert len(cut.rollouts[i].behavior_logp) == n
+    # the default cuts where a base model would begin the next problem of the math template
+    assert config.load_config(None)["stop_strings"] == ["\nQuestion:"]
+    assert tasks.MATH_TEMPLATE.startswith("Question:")
