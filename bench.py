@@ -18,7 +18,7 @@ It prints (c) / ((a) + (b)) and each overhead phase (all but generate and learn)
 median of --repeats rounds after one warm-up round; a round measures (a), (b) and (c) one after
 the other, so that a change of load on the machine hits all of them alike.
 
-Models: `toy` (artifacts/toy_base), `big` (a random-init Qwen3 of about 25 M parameters with
+Models: `toy` (toy_base, shipped), `big` (a random-init Qwen3 of about 25 M parameters with
 the toy tokenizer, built at artifacts/bench_big on first use), or any Hugging Face folder.
 On a GPU the same script runs unchanged: bf16 (as configs say for GPUs), clock() synchronizes
 CUDA before reading the time, and the tokens/s figures say how fast engine and learner are.
@@ -34,7 +34,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = {"toy": os.path.join(HERE, "artifacts", "toy_base"),
+MODELS = {"toy": os.path.join(HERE, "toy_base"),
           "big": os.path.join(HERE, "artifacts", "bench_big")}
 # the `big` model: tens of millions of parameters, still CPU-sized (about 25 M with vocab 98)
 BIG = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,

@@ -2,7 +2,7 @@
 
     python evaluate.py --model PATH --benchmarks math500,aime24,aime25,amc23,minerva --n 32
                        [--max-tokens 3072] [--out records.jsonl] [--config CONFIG.yaml] [key=value ...]
-    python evaluate.py --model artifacts/toy_base --benchmarks toy,tests/fixtures/mini_math.jsonl \\
+    python evaluate.py --model toy_base --benchmarks toy,tests/fixtures/mini_math.jsonl \\
                        --n 4 --template plain
 
 For each problem, n responses are sampled (vLLM, rollout.Sampler) and graded (grading.grade_many);

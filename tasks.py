@@ -7,11 +7,14 @@
   (seed, index), so a resumed run sees the same prompts.
 - `build_tokenizer()`: a character-level tokenizer made in code, saved as an ordinary HF tokenizer.
 - `build_base_model(path)`: a small Qwen3-architecture model with a short supervised warm-up,
-  saved as an ordinary Hugging Face folder (vLLM and transformers load it like any other model),
-  cached on disk and rebuilt only when missing.
+  saved as an ordinary Hugging Face folder (vLLM and transformers load it like any other model).
+  The repository ships the one it built (toy_base/, 4 MB, its sha256 in build_info.json and in
+  TOY_BASE_SHA256), because the warm-up's floating-point results differ between processors:
+  every machine trains from the same base model. `python tasks.py DIR` rebuilds it elsewhere.
 Grading lives in grading.py.
 """
 import functools
+import hashlib
 import json
 import os
 import random
@@ -19,6 +22,7 @@ import shutil
 import socket
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 HUB_PROBE_TIMEOUT_S = 3.0  # a quick TCP probe spares datasets' ~25 s of retries when offline
 
 
@@ -264,6 +268,29 @@ TOY_WARMUP = dict(steps=1000, batch_size=128, lr=2e-3, digit_weights={1: 0.3, 2:
                   correct_frac={1: 0.85, 2: 0.5, 3: 0.5}, seed=0)
 
 
+TOY_BASE = os.path.join(HERE, "toy_base")  # the shipped toy base model
+TOY_BASE_SHA256 = "f164c274f5f612d8f01a3cbfdde8aa1b8fa1ad410a13f4c89b3984c90c17addd"
+
+
+def weights_sha256(path: str) -> str:
+    with open(os.path.join(path, "model.safetensors"), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def check_model_hash(path: str) -> None:
+    """Refuse a model folder whose weights are not those its build_info.json names (a toy model
+    built by build_base_model records their sha256; other folders are not checked)."""
+    info = os.path.join(path, "build_info.json")
+    if not os.path.exists(info):
+        return
+    with open(info) as f:
+        expected = json.load(f).get("sha256")
+    if expected and weights_sha256(path) != expected:
+        raise ValueError(f"{path}/model.safetensors is not the model its build_info.json names "
+                         f"(sha256 {expected[:12]}...): restore it (`git checkout -- {path}` for "
+                         f"the shipped toy_base), or rebuild it with `python tasks.py {path}`")
+
+
 def build_base_model(path: str, model: dict = None, warmup: dict = None, log=print) -> str:
     """Create the toy base model at `path` unless it is already there; return `path`.
 
@@ -271,7 +298,8 @@ def build_base_model(path: str, model: dict = None, warmup: dict = None, log=pri
     temperature 1, it solves easy problems often, medium ones sometimes and hard ones never. The
     folder appears atomically (built under a temporary name, renamed when complete), so an
     interrupted build never leaves a folder that looks valid. A folder built with other settings
-    (e.g. after the defaults here changed) is rebuilt.
+    (e.g. after the defaults here changed) is rebuilt. build_info.json records the recipe and
+    the weights' sha256 (check_model_hash verifies it at every run's start).
     """
     model_kw = {**TOY_MODEL, **(model or {})}
     warm = {**TOY_WARMUP, **(warmup or {})}
@@ -303,7 +331,8 @@ def build_base_model(path: str, model: dict = None, warmup: dict = None, log=pri
     net.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     with open(os.path.join(tmp, "build_info.json"), "w") as f:
-        json.dump({**recipe, "params": n_params, "seconds": round(time.time() - t0, 1)}, f, indent=1)
+        json.dump({**recipe, "params": n_params, "seconds": round(time.time() - t0, 1),
+                   "sha256": weights_sha256(tmp)}, f, indent=1)
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
     return path
@@ -357,3 +386,11 @@ def _supervised_warmup(net, tokenizer, warm: dict, log) -> None:
         if step % 200 == 0 or step == warm["steps"] - 1:
             log(f"  warm-up step {step:5d}  loss {loss.item():.4f}")
     net.eval()
+
+
+if __name__ == "__main__":  # rebuild the toy base model (after changing TOY_MODEL or TOY_WARMUP)
+    import sys
+    if len(sys.argv) != 2:
+        sys.exit("usage: python tasks.py DIR   (builds the toy base model into DIR, prints its sha256)")
+    folder = build_base_model(sys.argv[1])
+    print(f"{folder}: sha256 {weights_sha256(folder)} (TOY_BASE_SHA256 is {TOY_BASE_SHA256})")

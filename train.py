@@ -334,6 +334,8 @@ def preflight(cfg: dict):
             f"model path {cfg['model']!r} does not exist; give a Hugging Face model folder "
             f"(e.g. `hf download Qwen/Qwen3-1.7B-Base --local-dir DIR`), or for the "
             f"toy set build_toy_model=true to build it there")
+    if os.path.isdir(cfg["model"]):
+        tasks.check_model_hash(cfg["model"])
     if cfg["eval_every"] > 0:
         tasks.load_config_benchmarks(cfg)  # raises BenchmarkUnavailable, naming the fix
     pool = cfg["offline_pool"]["path"]

@@ -1,4 +1,4 @@
-"""Shared fixtures: the toy base model (built once, cached in artifacts/) and one vLLM engine.
+"""Shared fixtures: the shipped toy base model (toy_base/, checked by its hash) and one vLLM engine.
 
 vLLM takes seconds to start, and one process should hold one engine: every test that samples
 shares this one; train.train() pushes its own learner's weights in before sampling.
@@ -10,13 +10,14 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-TOY_MODEL = os.path.join(ROOT, "artifacts", "toy_base")
+TOY_MODEL = os.path.join(ROOT, "toy_base")
 
 
 @pytest.fixture(scope="session")
 def toy_model():
     import tasks
-    return tasks.build_base_model(TOY_MODEL)
+    tasks.check_model_hash(TOY_MODEL)
+    return TOY_MODEL
 
 
 @pytest.fixture(scope="session")

@@ -225,3 +225,22 @@ def test_stop_strings_cut_the_text_before_grading(tmp_path, sampler, toy_model):
     # the default cuts where a base model would begin the next problem of the math template
     assert config.load_config(None)["stop_strings"] == ["\nQuestion:"]
     assert tasks.MATH_TEMPLATE.startswith("Question:")
+
+
+def test_the_shipped_toy_base_model_is_checked_by_its_hash(tmp_path):
+    """Every machine trains from the same toy base model: the shipped weights match their hash
+    and the current recipe (so nothing rebuilds them), and altered weights are refused."""
+    import json
+    import shutil
+    info = json.load(open(os.path.join(tasks.TOY_BASE, "build_info.json")))
+    assert tasks.weights_sha256(tasks.TOY_BASE) == info["sha256"] == tasks.TOY_BASE_SHA256
+    recipe = json.loads(json.dumps({"model": tasks.TOY_MODEL, "warmup": tasks.TOY_WARMUP}))
+    assert {"model": info["model"], "warmup": info["warmup"]} == recipe
+    assert config.load_config(None)["model"] == "toy_base"
+    altered = tmp_path / "toy_base"
+    shutil.copytree(tasks.TOY_BASE, altered)
+    data = bytearray((altered / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (altered / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="is not the model its build_info.json names"):
+        train.preflight(toy_config(tmp_path / "run", model=str(altered)))
