@@ -1,6 +1,7 @@
 """How close the loop runs to the engine's pace, phase by phase.
 
     python bench.py [--models toy,big] [--repeats 5] [--losses grpo,ggpo] [--out bench.json]
+    python bench.py --profile 50            # cProfile of 50 toy updates: where the time goes
 
 An update cannot be faster than (a) generating its rollouts plus (b) one forward/backward pass
 of the learner over them; everything else is overhead. For each model, in one process of its
@@ -203,6 +204,36 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def profile_updates(updates: int, top: int) -> None:
+    """cProfile of on-policy toy GRPO updates (16 x 8, 16 tokens, eval off), after 10 warm-up
+    updates: where one update's time goes, by function, the engine's and torch's included."""
+    import cProfile
+    import pstats
+    import config
+    import rollout
+    import train
+
+    cfg = config.load_config(os.path.join(HERE, "configs", "toy.yaml"), [
+        "delay=0", "eval_every=0", f"updates={10 + updates}", f"out_dir={tempfile.mkdtemp(prefix='bench-')}"])
+    sampler = rollout.make_sampler(cfg)
+    train.train({**cfg, "updates": 10}, sampler=sampler)  # warm-up
+    shutil.rmtree(cfg["out_dir"])
+    profiler = cProfile.Profile()
+    t0 = time.perf_counter()
+    profiler.enable()
+    rows = train.train(cfg, sampler=sampler)[10:]
+    profiler.disable()
+    wall = time.perf_counter() - t0
+    print(f"{updates} updates after 10 of warm-up: {wall / (10 + updates):.3f} s per update "
+          f"(whole run, profiler on); median time/update {statistics.median(r['time/update'] for r in rows):.3f} s;"
+          f" phases (median s): " + ", ".join(
+              f"{k[5:]} {statistics.median(r.get(k, 0.0) for r in rows):.4f}"
+              for k in ("time/generate", "time/grade", "time/behavior", "time/ref", "time/learn",
+                        "time/optim", "time/metrics", "time/sync", "time/log")))
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+    shutil.rmtree(cfg["out_dir"], ignore_errors=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="toy,big", help="toy, big or Hugging Face folders, comma-separated")
@@ -210,8 +241,12 @@ def main() -> None:
     p.add_argument("--losses", default="grpo,ggpo",
                    help="objectives of the updates in (c), comma-separated (ggpo: with reference)")
     p.add_argument("--out", default="bench.json")
+    p.add_argument("--profile", type=int, metavar="UPDATES",
+                   help="instead: cProfile this many on-policy toy GRPO updates, top functions")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one model, result JSON to --out
     args = p.parse_args()
+    if args.profile:
+        return profile_updates(args.profile, top=30)
     if args.child:
         name, path = args.child.split("=", 1)
         result = bench_model(name, path, args.repeats, args.losses.split(","))
