@@ -32,6 +32,7 @@ import itertools
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 
@@ -88,7 +89,7 @@ def finished(out_dir: str, updates: int) -> bool:
 # Resources of each job; a sweep file's `slurm:` mapping and the --slurm-* flags override them.
 SLURM = {"partition": None, "account": None, "qos": None, "time_min": 1440, "gpus": 1,
          "cpus": 16, "mem_gb": 200, "signal_delay_s": 600, "max_requeues": 100,
-         "max_parallel": 64, "cluster": None}
+         "max_parallel": 64, "cluster": "slurm"}  # cluster local: the jobs run on this machine
 
 
 class TrainJob:
@@ -137,6 +138,9 @@ def make_executor(sweep: dict, flags: dict):
     unknown = sorted(set(s) - set(SLURM))
     if unknown:
         raise ValueError(f"unknown slurm setting(s) {unknown}; known: {sorted(SLURM)}")
+    if s["cluster"] == "slurm" and shutil.which("sbatch") is None:
+        raise FileNotFoundError("--slurm: sbatch is not on this machine's PATH; run sweep.py on a "
+                                "SLURM login node, or use --print for another scheduler")
     executor = submitit.AutoExecutor(folder=os.path.join(sweep["out_root"], "slurm", "%j"),
                                      cluster=s["cluster"], slurm_max_num_timeout=s["max_requeues"])
     executor.update_parameters(
@@ -190,7 +194,11 @@ def main(argv=None) -> None:
         return
     if args.slurm:
         flags = {k: getattr(args, f"slurm_{k}") for k in SLURM}
-        submit(sweep, make_executor(sweep, flags))
+        try:
+            executor = make_executor(sweep, flags)
+        except (ImportError, ValueError, FileNotFoundError) as e:
+            sys.exit(f"error: {e}")
+        submit(sweep, executor)
         return
     todo = [(cfg, d) for cfg, d, _ in unfinished(sweep)]
     sampler, engine = None, None

@@ -153,3 +153,36 @@ def test_sweep_jobs_through_submitit_requeue_and_finish(tmp_path, sampler, monke
             for k, v in b.items():
                 if not k.startswith("time/") and isinstance(v, float) and math.isfinite(v):
                     assert a[k] == pytest.approx(v, rel=1e-5, abs=1e-7), (out_dir, a["update"], k)
+
+
+def test_slurm_submission_parameters(tmp_path, monkeypatch):
+    """What --slurm hands to sbatch, seen through a stand-in sbatch on PATH: one array of the
+    grid's unfinished runs with the sweep file's resources and SIGUSR2 ahead of the time limit;
+    without sbatch, a clear error."""
+    grid = {"config": os.path.join(ROOT, "configs", "toy.yaml"), "out_root": str(tmp_path / "grid"),
+            "grid": {"loss": ["grpo", "ggpo"], "delay": [0, 8], "seed": [0]},
+            "slurm": {"partition": "gpu", "account": "mylab", "time_min": 1440, "gpus": 1,
+                      "cpus": 16, "mem_gb": 200, "max_parallel": 3}}
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match="sbatch is not on this machine's PATH"):
+        sweep.make_executor(grid, {})
+    with pytest.raises(ValueError, match=r"unknown slurm setting\(s\) \['gpu'\]"):
+        sweep.make_executor({**grid, "slurm": {"gpu": 1}}, {})
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\ncp \"$1\" {tmp_path}/submitted.sh\n"
+                                    "echo Submitted batch job 4242\n")
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")  # submitit looks for it
+    for name in ("sbatch", "srun"):
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}:/usr/bin:/bin")
+    os.makedirs(tmp_path / "grid" / "ggpo_N8_s0")  # one finished run is skipped
+    with open(tmp_path / "grid" / "ggpo_N8_s0" / "metrics.jsonl", "w") as f:
+        f.write(json.dumps({"update": 300}) + "\n")
+    jobs = sweep.submit(grid, sweep.make_executor(grid, {"time_min": 2880}))
+    assert [job.job_id for job in jobs] == ["4242_0", "4242_1", "4242_2"]
+    script = (tmp_path / "submitted.sh").read_text()
+    for line in ["#SBATCH --partition=gpu", "#SBATCH --account=mylab", "#SBATCH --time=2880",
+                 "#SBATCH --gpus-per-node=1", "#SBATCH --cpus-per-task=16", "#SBATCH --mem=200GB",
+                 "#SBATCH --signal=USR2@600", "#SBATCH --array=0-2%3", "#SBATCH --nodes=1"]:
+        assert line in script, (line, script)
