@@ -234,8 +234,9 @@ def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int) -
 def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id: int,
                   update: int) -> dict:
     """learn(); an out-of-memory error in it skips the update like a non-finite loss does: the
-    batch is consumed, the weights and AdamW state stay as they were (the error comes before
-    the step), the memory is released, and the run goes on; a streak stops it (see train)."""
+    batch is consumed, the weights and AdamW state stay as they were (the memory goes to the
+    forward and backward passes, which come before optimizer.step()), the memory is released,
+    and the run goes on; a streak of them stops it (see train)."""
     try:
         return learn(cfg, model, ref_model, optimizer, batch, pad_id)
     except torch.OutOfMemoryError as e:
