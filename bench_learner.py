@@ -72,14 +72,14 @@ def run_config(args, overrides=()) -> dict:
     return cfg
 
 
-def build_model(folder: str, layers: int) -> None:
+def build_model(folder: str, layers: int, vocab: int) -> None:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
     if os.path.exists(os.path.join(folder, "config.json")):
         return
     torch.manual_seed(0)
-    net = Qwen3ForCausalLM(Qwen3Config(**{**QWEN3_1_7B, "num_hidden_layers": layers},
-                                       torch_dtype="float32"))
+    net = Qwen3ForCausalLM(Qwen3Config(**{**QWEN3_1_7B, "num_hidden_layers": layers,
+                                          "vocab_size": vocab}, torch_dtype="float32"))
     net.save_pretrained(folder)
 
 
@@ -211,6 +211,8 @@ def main() -> None:
     p.add_argument("--group-size", type=int, help="responses per group, one group per micro-batch "
                                                   "(memory: 2 on CPU, else 8)")
     p.add_argument("--max-tokens", type=int, default=3072)
+    p.add_argument("--vocab", type=int, default=QWEN3_1_7B["vocab_size"],
+                   help="vocabulary size (the real one by default; smaller only to smoke-test)")
     p.add_argument("--losses", default="grpo,grpo_tis,agro,ggpo")
     p.add_argument("--cpu-autocast", choices=["bfloat16", "none"], default="bfloat16",
                    help="on CPU: keep the config's bf16 autocast, or run fp32 throughout")
@@ -229,7 +231,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-learner-") as tmp:
         args.tmp, args.model_dir = tmp, os.path.join(tmp, "model")
         t0 = time.perf_counter()
-        build_model(args.model_dir, args.layers)
+        build_model(args.model_dir, args.layers, args.vocab)
         print(f"random-init Qwen3-1.7B shape, {args.layers} layers, built in "
               f"{time.perf_counter() - t0:.0f} s ({'GPU ' + torch.cuda.get_device_name() if on_gpu else 'CPU'}, "
               f"torch {torch.__version__})", flush=True)
