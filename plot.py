@@ -199,7 +199,7 @@ def fig1(root: str, out: str, window: int = 20, delay: int = 8, **_) -> None:
     for loss, group in by_loss(runs).items():
         label, color, style = loss_style(loss, runs)
         for ax, (key, scale, title, w) in zip(axes, panels):
-            curve(ax, group, key, scale, w, color=color, linestyle=style, label=label)
+            curve(ax, group, key, scale, w, band=True, color=color, linestyle=style, label=label)
             ax.set_title(title, fontsize=10)
             ax.set_xlabel("optimizer updates")
         finals = [over_seeds(group, k)[1][-1] for k in (best_key, mean_key)]
