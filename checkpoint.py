@@ -138,10 +138,13 @@ def jsonable(row: dict) -> dict:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
 
-def append_row(log_file, row: dict) -> None:
-    """One row of metrics.jsonl, flushed at once (a killed run keeps every row it logged)."""
-    log_file.write(json.dumps(jsonable(row)) + "\n")
+def append_row(log_file, row: dict) -> dict:
+    """One row of metrics.jsonl, flushed at once (a killed run keeps every row it logged);
+    returns the row as written (jsonable), for the live loggers."""
+    logged = jsonable(row)
+    log_file.write(json.dumps(logged) + "\n")
     log_file.flush()
+    return logged
 
 
 def check_out_dir(cfg: dict):

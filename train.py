@@ -126,9 +126,9 @@ def train(cfg: dict, sampler=None) -> list:
 
         def log(row):
             rows.append(row)
-            checkpoint.append_row(log_file, row)
+            logged = checkpoint.append_row(log_file, row)
             for logger in live:
-                logger.log(checkpoint.jsonable(row))
+                logger.log(logged)
 
         if cfg["eval_every"] > 0 and start == 0:
             log({"update": 0, "responses_total": state.responses_total,

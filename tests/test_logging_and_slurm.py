@@ -27,9 +27,18 @@ def read_jsonl(path):
 
 
 def last_logged_update(out_dir) -> int:
-    rows = read_jsonl(os.path.join(out_dir, "metrics.jsonl")) if os.path.exists(
-        os.path.join(out_dir, "metrics.jsonl")) else []
-    return max([r["update"] for r in rows], default=-1)
+    """The last update in a live run's metrics.jsonl (-1: none); a line being written is skipped."""
+    path = os.path.join(out_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return -1
+    updates = []
+    with open(path) as f:
+        for line in f:
+            try:
+                updates.append(json.loads(line)["update"])
+            except json.JSONDecodeError:  # torn: the trainer is writing it right now
+                pass
+    return max(updates, default=-1)
 
 
 def tensorboard_scalars(log_dir: str) -> dict:
