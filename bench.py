@@ -2,6 +2,7 @@
 
     python bench.py [--models toy,big] [--repeats 5] [--losses grpo,ggpo] [--out bench.json]
     python bench.py --profile 50            # cProfile of 50 toy updates: where the time goes
+    python bench.py --compare REF [--rounds 3]   # this checkout against git commit REF, alternately
 
 An update cannot be faster than (a) generating its rollouts plus (b) one forward/backward pass
 of the learner over them; everything else is overhead. For each model, in one process of its
@@ -234,6 +235,53 @@ def profile_updates(updates: int, top: int) -> None:
     shutil.rmtree(cfg["out_dir"], ignore_errors=True)
 
 
+COMPARE_RUN = ["configs/toy.yaml", "delay=0", "eval_every=0", "updates=60", "loss=grpo"]
+COMPARE_PHASES = ["generate", "behavior", "learn", "optim", "sync"]
+
+
+def compare_commits(ref: str, rounds: int) -> None:
+    """The toy speed contract: on-policy toy GRPO (16 x 8, 16 tokens, eval off, 60 updates) run
+    by this checkout's train.py and by commit `ref`'s (a git worktree under artifacts/), one
+    process at a time and alternately, `rounds` times each. Per run: the median time/update
+    over updates 11-60 (after the engine and the learner are warm), its phases, and the wall
+    time of the whole process (interpreter, engine start and every update). Same venv for both."""
+    sha = subprocess.run(["git", "rev-parse", "--short", ref], cwd=HERE, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    ref_dir = os.path.join(HERE, "artifacts", f"bench_ref-{sha}")
+    if not os.path.isdir(ref_dir):
+        subprocess.run(["git", "worktree", "add", "--detach", ref_dir, sha], cwd=HERE, check=True,
+                       capture_output=True)
+    runs = {"this checkout": HERE, f"commit {sha}": ref_dir}
+    result = {name: [] for name in runs}
+    for round_ in range(rounds):
+        for name, root in runs.items():
+            out_dir = tempfile.mkdtemp(prefix="bench-compare-")
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, "train.py", *COMPARE_RUN, f"out_dir={out_dir}"],
+                                  cwd=root, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if done.returncode:
+                sys.exit(f"{name}: train.py failed:\n{done.stderr[-5000:]}")
+            with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+                rows = [r for r in map(json.loads, f) if 11 <= r.get("update", 0) <= 60]
+            shutil.rmtree(out_dir, ignore_errors=True)
+            med = lambda key: statistics.median(r.get(key, 0.0) for r in rows)
+            result[name].append({"update_s": med("time/update"), "wall_s": wall,
+                                 **{k: med(f"time/{k}") for k in COMPARE_PHASES}})
+            print(f"round {round_ + 1}/{rounds}  {name:16s} median s/update {med('time/update'):.4f}  "
+                  f"whole run {wall:5.1f} s  " + "  ".join(f"{k} {med(f'time/{k}'):.4f}"
+                                                          for k in COMPARE_PHASES), flush=True)
+    summary = {name: {k: statistics.median(r[k] for r in runs_) for k in runs_[0]}
+               for name, runs_ in result.items()}
+    ours, theirs = summary["this checkout"], summary[f"commit {sha}"]
+    print(f"\nmedian over {rounds} rounds: s/update {theirs['update_s']:.4f} (commit {sha}) -> "
+          f"{ours['update_s']:.4f} (this checkout): {theirs['update_s'] / ours['update_s']:.2f}x; "
+          f"whole run {theirs['wall_s']:.1f} -> {ours['wall_s']:.1f} s: "
+          f"{theirs['wall_s'] / ours['wall_s']:.2f}x")
+    for k in COMPARE_PHASES:
+        print(f"  {k:9s} {theirs[k]:.4f} -> {ours[k]:.4f} s")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="toy,big", help="toy, big or Hugging Face folders, comma-separated")
@@ -243,10 +291,15 @@ def main() -> None:
     p.add_argument("--out", default="bench.json")
     p.add_argument("--profile", type=int, metavar="UPDATES",
                    help="instead: cProfile this many on-policy toy GRPO updates, top functions")
+    p.add_argument("--compare", metavar="REF",
+                   help="instead: this checkout against git commit REF on on-policy toy GRPO")
+    p.add_argument("--rounds", type=int, default=3, help="--compare: runs of each, alternately")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one model, result JSON to --out
     args = p.parse_args()
     if args.profile:
         return profile_updates(args.profile, top=30)
+    if args.compare:
+        return compare_commits(args.compare, args.rounds)
     if args.child:
         name, path = args.child.split("=", 1)
         result = bench_model(name, path, args.repeats, args.losses.split(","))

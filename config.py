@@ -106,6 +106,8 @@ def validate(cfg: dict) -> None:
         (all(name in ("tensorboard", "wandb") for name in cfg["log_to"]),
          f"log_to must list tensorboard and/or wandb, got {cfg['log_to']!r}"),
         (cfg["device"] in ("auto", "cuda", "cpu"), f"device must be auto, cuda or cpu, got {cfg['device']!r}"),
+        (cfg["cpu_matmul"] in ("onednn", "torch"),
+         f"cpu_matmul must be onednn or torch, got {cfg['cpu_matmul']!r}"),
         (cfg["logits_chunk_mib"] >= 0, "logits_chunk_mib must be >= 0 (0: no chunks)"),
         (cfg["behavior_logp"] in ("engine", "learner"),
          f"behavior_logp must be engine or learner, got {cfg['behavior_logp']!r}"),
@@ -145,11 +147,12 @@ def validate(cfg: dict) -> None:
 
 
 # Keys that may change when a run is resumed: they do not change what the run computes
-# (micro_batch_size, logits_chunk_mib and gradient_checkpointing only up to float rounding; they
-# are here so that a run that ran out of memory can continue with smaller pieces).
+# (micro_batch_size, logits_chunk_mib, gradient_checkpointing and cpu_matmul only up to float
+# rounding; they are here so that a run that ran out of memory can continue with smaller pieces,
+# and one made on a CPU can continue on another).
 RESUMABLE_CHANGES = ("updates", "resume", "ckpt_every", "max_consecutive_skips", "build_toy_model",
                      "vllm", "micro_batch_size", "logits_chunk_mib", "gradient_checkpointing",
-                     "log_to", "wandb")
+                     "cpu_matmul", "log_to", "wandb")
 
 
 def config_differences(old: dict, new: dict) -> list:

@@ -163,7 +163,8 @@ def train(cfg: dict, sampler=None) -> list:
                 batch = state.queue.popleft()
 
             # ---------------------------------------------------------- learn
-            metrics = learn_or_skip(cfg, model, ref_model, optimizer, batch, pad_id, t)
+            metrics = learn_or_skip(cfg, model, ref_model, optimizer, batch, pad_id, t,
+                                    fresh=not offline and N == 0)
             # A non-finite loss or gradient skips the step (weights untouched), but the batch is
             # consumed and the update counted, so data order and delay stay those of the schedule:
             # one overflowing batch should not cost a restart. A streak of max_consecutive_skips
@@ -221,10 +222,13 @@ def train(cfg: dict, sampler=None) -> list:
 
 def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int) -> tuple:
     """Sample the next rollout batch with the engine's current weights onto the delay queue;
-    returns it and its metrics (phase times, engine-vs-learner mismatch)."""
+    returns it and its metrics (phase times, engine-vs-learner mismatch). At N = 0 the batch is
+    trained next, with these weights: learn(fresh=True) takes the learner's view of it from its
+    own forward pass instead of a second one here."""
     batch, times = rollout.sample_batch(cfg, sampler, state.next_batch)
-    with learner.timed(times, "time/behavior", next(model.parameters()).device):
-        times.update(learner.fresh_behavior(cfg, model, batch, pad_id))
+    if cfg["delay"] > 0:
+        with learner.timed(times, "time/behavior", next(model.parameters()).device):
+            times.update(learner.fresh_behavior(cfg, model, batch, pad_id))
     state.queue.append(batch)
     state.next_batch += 1
     state.responses_total += len(batch.rollouts)
@@ -232,13 +236,13 @@ def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int) -
 
 
 def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id: int,
-                  update: int) -> dict:
+                  update: int, fresh: bool = False) -> dict:
     """learn(); an out-of-memory error in it skips the update like a non-finite loss does: the
     batch is consumed, the weights and AdamW state stay as they were (the memory goes to the
     forward and backward passes, which come before optimizer.step()), the memory is released,
     and the run goes on; a streak of them stops it (see train)."""
     try:
-        return learn(cfg, model, ref_model, optimizer, batch, pad_id)
+        return learn(cfg, model, ref_model, optimizer, batch, pad_id, fresh)
     except torch.OutOfMemoryError as e:
         error = str(e).split("\n")[0]
     optimizer.zero_grad(set_to_none=True)  # outside the except: its traceback held the tensors
@@ -253,8 +257,12 @@ def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch,
             "grad_norm": math.nan}
 
 
-def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id: int) -> dict:
+def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id: int,
+          fresh: bool = False) -> dict:
     """One optimizer update on one rollout batch; returns the update's metrics.
+
+    fresh: the batch was sampled with the learner's current weights and has not been through
+    learner.fresh_behavior; its forward pass here is the learner's view of the behavior policy.
 
     Micro-batches hold whole groups. Every objective is a sum over groups divided by the
     batch's response-token count, so the micro-batch losses, each rescaled by its share of the
@@ -267,7 +275,8 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
     n_tokens_total = sum(len(r.response_ids) for r in batch.rollouts)
     need_ref = losses.needs_ref(cfg["loss"])
     chunk = learner.chunk_tokens(cfg, model)
-    logp_all, ref_all, entropy_sum = [], [], 0.0
+    logp_all, ref_all, entropy_sum, learner_view = [], [], 0.0, []
+    engine_logp = [r.behavior_logp for r in batch.rollouts]
     loss_total = torch.zeros((), device=device)
     optimizer.zero_grad(set_to_none=True)
     for start in range(0, len(batch.rollouts), mb):
@@ -282,6 +291,9 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
         with learner.timed(times, "time/learn", device):
             with learner.autocast(cfg):
                 logp, mask, ent = learner.response_logp(model, inputs, True, chunk)
+            if fresh:
+                learner_view += learner.ragged(logp.detach(), part)
+                learner.adopt_learner_view(cfg, part, learner_view[-len(part):])
             behavior = learner.padded([r.behavior_logp for r in part], logp.size(1), device)
             rewards = torch.tensor(batch.rewards[start:start + mb], dtype=torch.float32, device=device)
             loss, _ = losses.compute_loss(cfg["loss"], logp=logp, behavior_logp=behavior,
@@ -312,6 +324,8 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
             rewards=torch.tensor(batch.rewards, dtype=torch.float32, device=device),
             group_size=cfg["group_size"], **cfg["loss_args"])
         metrics["logp_diff_max"] = float(((logp - behavior).abs() * mask).max())
+        if fresh:
+            metrics.update(learner.engine_mismatch(engine_logp, learner_view))
     metrics.update(times)
     metrics["entropy"] = float(entropy_sum) / n_tokens_total
     metrics["grad_norm"] = grad_norm

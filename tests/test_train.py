@@ -58,6 +58,7 @@ def test_response_logp_matches_one_sequence_at_a_time(toy_model):
     alone; the entropy is that of the full logits."""
     import rollout
     model = learner.load_learner({"model": toy_model, "dtype": "float32", "gradient_checkpointing": False,
+                                  "cpu_matmul": "onednn",
                                   "device": "auto"})
     long = rollout.Rollout(0, list(range(5, 16)), [13], "", [-1.0], 0, False)
     short = [rollout.Rollout(0, [5, 6], [8], "", [-0.5], 0, True),
@@ -164,6 +165,7 @@ def test_chunked_output_layer_gives_the_same_logp_entropy_and_gradients(toy_mode
     within 1e-6 relative, gradients within 1e-5 of each tensor's largest entry."""
     import rollout
     model = learner.load_learner({"model": toy_model, "dtype": "float32", "gradient_checkpointing": False,
+                                  "cpu_matmul": "onednn",
                                   "device": "auto"})
     rollouts = [rollout.Rollout(0, [5 + i, 6, 7], list(range(10 + i, 17 + 2 * i)), "", [], 0, True)
                 for i in range(4)]  # 7, 9, 11, 13 response tokens: 40 in all
@@ -244,3 +246,27 @@ def test_the_shipped_toy_base_model_is_checked_by_its_hash(tmp_path):
     (altered / "model.safetensors").write_bytes(bytes(data))
     with pytest.raises(ValueError, match="is not the model its build_info.json names"):
         train.preflight(toy_config(tmp_path / "run", model=str(altered)))
+
+
+def test_onednn_linear_matches_torch_linear():
+    """The learner's oneDNN linear layer (cpu_matmul=onednn): output and the gradients of input,
+    weight and bias equal nn.Linear's within float32 rounding (1e-5 of each tensor's largest entry),
+    and a bias-free layer, as in Qwen3, gives no bias gradient."""
+    torch.manual_seed(0)
+    for bias in (True, False):
+        plain = torch.nn.Linear(64, 48, bias=bias)
+        ours = torch.nn.Linear(64, 48, bias=bias)
+        ours.load_state_dict(plain.state_dict())
+        learner.use_onednn_linears(ours)
+        assert type(ours) is learner.OneDNNLinear
+        x = torch.randn(3, 7, 64)
+        upstream = torch.randn(3, 7, 48)
+        grads = []
+        for layer in (plain, ours):
+            xi = x.clone().requires_grad_(True)
+            y = layer(xi)
+            (y * upstream).sum().backward()
+            grads.append([y.detach(), xi.grad, layer.weight.grad] + ([layer.bias.grad] if bias else []))
+        for a, b in zip(*grads):
+            assert a.shape == b.shape
+            assert (a - b).abs().max() <= 1e-5 * a.abs().max()
