@@ -105,10 +105,12 @@ class OneDNNLinearFunction(torch.autograd.Function):
 
 
 class OneDNNLinear(torch.nn.Linear):
-    """nn.Linear whose float32 CPU matrix products go through OneDNNLinearFunction."""
+    """nn.Linear whose float32 CPU matrix products go through OneDNNLinearFunction (under
+    autocast, torch's own linear: autocast does not see through a custom function)."""
 
     def forward(self, x):
-        if x.is_cpu and x.dtype == self.weight.dtype == torch.float32:
+        if x.is_cpu and x.dtype == self.weight.dtype == torch.float32 \
+                and not torch.is_autocast_enabled("cpu"):
             return OneDNNLinearFunction.apply(x, self.weight, self.bias)
         return super().forward(x)
 
@@ -152,9 +154,11 @@ def pack(lengths: list, width: int) -> tuple:
     return place, len(free)
 
 
-def batch_inputs(rollouts: list, pad_id: int, hidden_size: int, may_pack: bool = True) -> dict:
+def batch_inputs(rollouts: list, pad_id: int, hidden_size: int, may_pack: bool = True,
+                 may_share: bool = False) -> dict:
     """The tensors response_logp needs for these rollouts: the sequences (prompt + response),
-    one per row right-padded, or (may_pack) packed several to a row where that costs less.
+    one per row right-padded, or (may_pack) packed several to a row, or (may_share) each group's
+    prompt once with its responses after it (shared_prompt_inputs), whichever costs least.
 
     ids [rows, width]: the tokens. position_ids: None for one sequence per row (plain causal
     attention; a pad is never attended to by the real tokens before it); for packed rows the
@@ -173,12 +177,21 @@ def batch_inputs(rollouts: list, pad_id: int, hidden_size: int, may_pack: bool =
     lengths = [len(r.prompt_ids) + len(r.response_ids) for r in rollouts]
     longest = max(lengths)
     cost = lambda n_rows, width: n_rows * width * (1 + width / (7.5 * hidden_size))
-    layouts = [(cost(len(lengths), longest), longest, [(i, 0) for i in range(len(lengths))],
-                len(lengths))]
+    layouts = [(cost(len(lengths), longest), "rows", longest,
+                [(i, 0) for i in range(len(lengths))], len(lengths))]
     for width in (2 * longest, 4 * longest) if may_pack else ():
         place, n_rows = pack(lengths, width)
-        layouts.append((1.05 * cost(n_rows, width), width, place, n_rows))
-    _, width, place, n_rows = min(layouts, key=lambda layout: layout[0])
+        layouts.append((1.05 * cost(n_rows, width), "rows", width, place, n_rows))
+    groups = prompt_groups(rollouts) if may_share else []
+    if 0 < len(groups) < len(rollouts):
+        units = [len(rollouts[a].prompt_ids) + sum(len(r.response_ids) for r in rollouts[a:b])
+                 for a, b in groups]
+        for width in (max(units), 2 * max(units)):
+            place, n_rows = pack(units, width)
+            layouts.append((1.05 * cost(n_rows, width), "shared", width, place, n_rows))
+    _, kind, width, place, n_rows = min(layouts, key=lambda layout: layout[0])
+    if kind == "shared":
+        return shared_prompt_inputs(rollouts, pad_id, groups, place, n_rows, width)
     length = torch.tensor(lengths)
     start = torch.tensor([row * width + offset for row, offset in place])  # in the flat rows
     seq = torch.repeat_interleave(torch.arange(len(lengths)), length)   # sequence of each token
@@ -196,8 +209,57 @@ def batch_inputs(rollouts: list, pad_id: int, hidden_size: int, may_pack: bool =
     mask = torch.arange(int(resp_len.max())) < resp_len[:, None]
     rows, cols = mask.nonzero(as_tuple=True)
     at = start[rows] + prompt_len[rows] - 1 + cols
-    return {"ids": ids.view(n_rows, width), "position_ids": position_ids, "mask": mask,
-            "rows": rows, "cols": cols, "at": at, "targets": ids[at + 1]}
+    return {"ids": ids.view(n_rows, width), "position_ids": position_ids, "attention_mask": None,
+            "mask": mask, "rows": rows, "cols": cols, "at": at, "targets": ids[at + 1]}
+
+
+def prompt_groups(rollouts: list) -> list:
+    """(first, end) of each run of consecutive rollouts with the same prompt (a GRPO group)."""
+    starts = [i for i in range(len(rollouts))
+              if i == 0 or rollouts[i].prompt_ids != rollouts[i - 1].prompt_ids]
+    return list(zip(starts, starts[1:] + [len(rollouts)]))
+
+
+def shared_prompt_inputs(rollouts: list, pad_id: int, groups: list, place: list, n_rows: int,
+                         width: int) -> dict:
+    """batch_inputs with each group's prompt once: a group's unit is [prompt, response 1, ...,
+    response m] at `place` (row, offset) in rows of `width` tokens. Response i sees the prompt
+    and itself (an explicit [rows, 1, width, width] attention mask; positions continue from the
+    prompt's in each response), so every response token has the context, position and hence
+    log-prob it has alone after its prompt, while the group's forward pass runs over the
+    prompt once instead of m times (the gradient through the prompt sums the m responses'
+    contributions, as m copies would). Response token j is predicted at the prompt's last
+    position (j = 0) or at its own token j - 1."""
+    ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
+    position = torch.zeros((n_rows, width), dtype=torch.long)
+    block = torch.full((n_rows, width), -1, dtype=torch.long)    # pads: block -1, among themselves
+    parent = torch.full((n_rows, width), -2, dtype=torch.long)   # the block a token also sees
+    at, n_blocks = [], 0
+    for (first, end), (row, offset) in zip(groups, place):
+        prompt = rollouts[first].prompt_ids
+        P, pos, base = len(prompt), offset + len(prompt), row * width
+        ids[row, offset:pos] = torch.tensor(prompt)
+        position[row, offset:pos] = torch.arange(P)
+        block[row, offset:pos], prompt_block = n_blocks, n_blocks
+        for r in rollouts[first:end]:
+            n_blocks, n = n_blocks + 1, len(r.response_ids)
+            ids[row, pos:pos + n] = torch.tensor(r.response_ids, dtype=torch.long)
+            position[row, pos:pos + n] = torch.arange(P, P + n)
+            block[row, pos:pos + n], parent[row, pos:pos + n] = n_blocks, prompt_block
+            at += ([base + offset + P - 1] if n else []) + list(range(base + pos, base + pos + n - 1))
+            pos += n
+        n_blocks += 1
+    k_block = block[:, None, :]
+    attend = (torch.ones(width, width, dtype=torch.bool).tril()
+              & ((block[:, :, None] == k_block) | (parent[:, :, None] == k_block)))
+    resp_len = torch.tensor([len(r.response_ids) for r in rollouts])
+    mask = torch.arange(int(resp_len.max())) < resp_len[:, None]
+    rows, cols = mask.nonzero(as_tuple=True)
+    targets = torch.tensor(list(itertools.chain.from_iterable(r.response_ids for r in rollouts)),
+                           dtype=torch.long)
+    return {"ids": ids, "position_ids": position, "attention_mask": attend[:, None],
+            "mask": mask, "rows": rows, "cols": cols, "at": torch.tensor(at, dtype=torch.long),
+            "targets": targets}
 
 
 def response_logp(model, inputs: dict, with_entropy: bool = False, chunk_tokens: int = 0):
@@ -212,6 +274,7 @@ def response_logp(model, inputs: dict, with_entropy: bool = False, chunk_tokens:
     not (response tokens x vocabulary): the same values and gradients up to float rounding.
     """
     hidden = model.get_decoder()(input_ids=inputs["ids"], position_ids=inputs["position_ids"],
+                                 attention_mask=inputs["attention_mask"],
                                  use_cache=False).last_hidden_state
     h = hidden.flatten(0, 1)[inputs["at"]]
     head, targets, n = model.get_output_embeddings(), inputs["targets"], h.size(0)
@@ -244,10 +307,12 @@ def token_logp(head, h, targets, with_entropy: bool) -> tuple:
 
 def model_inputs(model, rollouts: list, pad_id: int) -> dict:
     """batch_inputs for `model`, on its device. sdpa and eager attention keep packed sequences
-    apart (a mask built from the position ids); flash-attention does so only for one row."""
+    apart (a mask built from the position ids); flash-attention does so only for one row. Shared
+    prompts need sdpa: it takes their explicit boolean mask as it is (eager would add it)."""
     device = next(model.parameters()).device
+    attention = model.config._attn_implementation
     inputs = batch_inputs(rollouts, pad_id, model.config.hidden_size,
-                          may_pack=model.config._attn_implementation in ("sdpa", "eager"))
+                          may_pack=attention in ("sdpa", "eager"), may_share=attention == "sdpa")
     return {k: v if v is None else v.to(device) for k, v in inputs.items()}
 
 

@@ -313,7 +313,7 @@ def test_out_of_memory_skips_the_update_then_resumes_exactly(tmp_path, sampler, 
 
     steps = lambda optimizer, model: int(optimizer.state[next(model.parameters())]["step"])
 
-    def learn_oom(cfg, model, ref_model, optimizer, batch, pad_id):
+    def learn_oom(cfg, model, ref_model, optimizer, batch, pad_id, fresh=False):
         plan["n"] += 1
         if plan["n"] - 1 in plan["oom_at"]:  # the update after: nothing of the skipped one left
             assert all(p.grad is None for p in model.parameters())
@@ -327,7 +327,7 @@ def test_out_of_memory_skips_the_update_then_resumes_exactly(tmp_path, sampler, 
             for p in model.parameters():  # the gradients a backward left behind
                 p.grad = torch.ones_like(p)
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 73.00 GiB")
-        return learn(cfg, model, ref_model, optimizer, batch, pad_id)
+        return learn(cfg, model, ref_model, optimizer, batch, pad_id, fresh)
 
     monkeypatch.setattr(train, "learn", learn_oom)
     kw = dict(loss="ggpo", delay=2, updates=5, lr=1e-3, ckpt_every=2)
