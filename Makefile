@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo fig1-seeds fig3 fig4 fig8 fig10 figs test setup clean
+.PHONY: demo fig3 fig4 fig8 fig10 figs test setup clean
 
 setup: .venv/ready
 
@@ -21,15 +21,10 @@ setup: .venv/ready
 	fi
 	touch .venv/ready
 
-# Toy Fig. 1: the four objectives at N = 8 (runs/fig1_toy), then the figure (fig1_toy.png).
+# Toy Fig. 1: the four objectives at N = 8, 3 seeds (runs/fig1_toy), then the figure (fig1_toy.png).
 demo: .venv/ready
 	$(PY) sweep.py configs/sweep_fig1_toy.yaml
 	$(PY) plot.py fig1 runs/fig1_toy --out fig1_toy.png
-
-# Toy Fig. 1 with 3 seeds: mean line and min-max band (runs/fig1_toy_seeds, fig1_toy_seeds.png).
-fig1-seeds: .venv/ready
-	$(PY) sweep.py configs/sweep_fig1_toy_seeds.yaml
-	$(PY) plot.py fig1 runs/fig1_toy_seeds --out fig1_toy_seeds.png
 
 # Toy Fig. 3: four objectives x N in {0, 2, 8, 32} (+ GRPO+TIS at 128) x 2 seeds (runs/fig3_toy);
 # Figs. 2 (sampling budget), 5 (difficulty split at N = 8) and 7 (diagnostics against N) from the
@@ -58,7 +53,7 @@ fig10: .venv/ready
 	$(PY) plot.py fig10 runs/fig10_toy --out fig10_toy.png
 
 # Every toy figure (finished runs are skipped).
-figs: demo fig1-seeds fig3 fig4 fig8 fig10
+figs: demo fig3 fig4 fig8 fig10
 
 test: .venv/ready
 	$(PY) -m pytest -q tests
