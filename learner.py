@@ -232,28 +232,39 @@ def shared_prompt_inputs(rollouts: list, pad_id: int, groups: list, place: list,
     prompt once instead of m times (the gradient through the prompt sums the m responses'
     contributions, as m copies would). Response token j is predicted at the prompt's last
     position (j = 0) or at its own token j - 1."""
-    ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
-    position = torch.zeros((n_rows, width), dtype=torch.long)
-    block = torch.full((n_rows, width), -1, dtype=torch.long)    # pads: block -1, among themselves
-    parent = torch.full((n_rows, width), -2, dtype=torch.long)   # the block a token also sees
-    at, n_blocks = [], 0
+    # per token, in unit order: its flat index in the rows, id, position, block (the prompt or
+    # one response) and the block it also sees (a response's prompt; -2: none)
+    flat, tokens, positions, blocks, parents, at, n_blocks = [], [], [], [], [], [], 0
     for (first, end), (row, offset) in zip(groups, place):
         prompt = rollouts[first].prompt_ids
-        P, pos, base = len(prompt), offset + len(prompt), row * width
-        ids[row, offset:pos] = torch.tensor(prompt)
-        position[row, offset:pos] = torch.arange(P)
-        block[row, offset:pos], prompt_block = n_blocks, n_blocks
+        P, start, prompt_block = len(prompt), row * width + offset, n_blocks
+        tokens += prompt
+        positions += range(P)
+        blocks += [prompt_block] * P
+        parents += [-2] * P
+        pos = start + P
         for r in rollouts[first:end]:
             n_blocks, n = n_blocks + 1, len(r.response_ids)
-            ids[row, pos:pos + n] = torch.tensor(r.response_ids, dtype=torch.long)
-            position[row, pos:pos + n] = torch.arange(P, P + n)
-            block[row, pos:pos + n], parent[row, pos:pos + n] = n_blocks, prompt_block
-            at += ([base + offset + P - 1] if n else []) + list(range(base + pos, base + pos + n - 1))
+            tokens += r.response_ids
+            positions += range(P, P + n)
+            blocks += [n_blocks] * n
+            parents += [prompt_block] * n
+            at += ([start + P - 1] if n else []) + list(range(pos, pos + n - 1))
             pos += n
+        flat += range(start, pos)
         n_blocks += 1
+    index = torch.tensor(flat, dtype=torch.long)
+
+    def rows_of(values: list, fill: int):  # pads: pad_id, position 0, block -1 (among themselves)
+        out = torch.full((n_rows * width,), fill, dtype=torch.long)
+        out[index] = torch.tensor(values, dtype=torch.long)
+        return out.view(n_rows, width)
+
+    ids, position = rows_of(tokens, pad_id), rows_of(positions, 0)
+    block, parent = rows_of(blocks, -1), rows_of(parents, -2)
     k_block = block[:, None, :]
-    attend = (torch.ones(width, width, dtype=torch.bool).tril()
-              & ((block[:, :, None] == k_block) | (parent[:, :, None] == k_block)))
+    causal = torch.arange(width)[:, None] >= torch.arange(width)[None, :]
+    attend = causal & ((block[:, :, None] == k_block) | (parent[:, :, None] == k_block))
     resp_len = torch.tensor([len(r.response_ids) for r in rollouts])
     mask = torch.arange(int(resp_len.max())) < resp_len[:, None]
     rows, cols = mask.nonzero(as_tuple=True)
