@@ -230,6 +230,12 @@ def test_behavior_logp_sources_and_the_engine_mismatch(tmp_path, sampler):
     assert all(r["engine_k3"] < 1e-8 and r["k3"] < 1e-8 for r in engine)
     ours = train.train(toy_config(tmp_path / "learner", behavior_logp="learner", **base), sampler)
     assert all(r["k3"] == 0 and r["logp_diff_max"] == 0 and r["engine_k3"] < 1e-8 for r in ours)
+    # at N = 0 the learner's view comes from the training forward pass, micro-batch by micro-batch
+    groups = train.train(toy_config(tmp_path / "learner_mb", behavior_logp="learner",
+                                    micro_batch_size=4, **base), sampler)  # one group each, not two
+    for one, split in zip(ours[1:], groups[1:]):
+        assert split["k3"] == 0 and split["engine_k3"] < 1e-8
+        assert split["loss"] == pytest.approx(one["loss"], rel=1e-4, abs=1e-8)
 
     bf16 = dict(base, autocast="bfloat16")
     engine = train.train(toy_config(tmp_path / "engine_bf16", **bf16), sampler)
