@@ -207,12 +207,19 @@ def batch_inputs(rollouts: list, pad_id: int, hidden_size: int, may_pack: bool =
         position_ids[start[seq] + offset] = offset
         position_ids = position_ids.view(n_rows, width)
     prompt_len = torch.tensor([len(r.prompt_ids) for r in rollouts])
-    resp_len = length - prompt_len
-    mask = torch.arange(int(resp_len.max())) < resp_len[:, None]
-    rows, cols = mask.nonzero(as_tuple=True)
+    mask, rows, cols = response_places(rollouts)
     at = start[rows] + prompt_len[rows] - 1 + cols
     return {"ids": ids.view(n_rows, width), "position_ids": position_ids, "attention_mask": None,
             "mask": mask, "rows": rows, "cols": cols, "at": at, "targets": ids[at + 1]}
+
+
+def response_places(rollouts: list) -> tuple:
+    """mask [B, T] of the response tokens (T the longest response), and their (row, col) places
+    in it, row-major: the order of the responses' tokens one after the other."""
+    resp_len = torch.tensor([len(r.response_ids) for r in rollouts])
+    mask = torch.arange(int(resp_len.max())) < resp_len[:, None]
+    rows, cols = mask.nonzero(as_tuple=True)
+    return mask, rows, cols
 
 
 def prompt_groups(rollouts: list) -> list:
@@ -265,9 +272,7 @@ def shared_prompt_inputs(rollouts: list, pad_id: int, groups: list, place: list,
     k_block = block[:, None, :]
     causal = torch.arange(width)[:, None] >= torch.arange(width)[None, :]
     attend = causal & ((block[:, :, None] == k_block) | (parent[:, :, None] == k_block))
-    resp_len = torch.tensor([len(r.response_ids) for r in rollouts])
-    mask = torch.arange(int(resp_len.max())) < resp_len[:, None]
-    rows, cols = mask.nonzero(as_tuple=True)
+    mask, rows, cols = response_places(rollouts)
     targets = torch.tensor(list(itertools.chain.from_iterable(r.response_ids for r in rollouts)),
                            dtype=torch.long)
     return {"ids": ids, "position_ids": position, "attention_mask": attend[:, None],

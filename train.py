@@ -85,6 +85,9 @@ def train(cfg: dict, sampler=None) -> list:
     torch.manual_seed(cfg["seed"])
     out_dir, N, T = cfg["out_dir"], cfg["delay"], cfg["updates"]
     offline = bool(cfg["offline_pool"]["path"])
+    # N = 0: each batch is trained right after it is sampled, with the weights that sampled it,
+    # so learn() takes the learner's view of it from its own forward pass, not a second one
+    fresh = not offline and N == 0
     checkpoint.write_config(out_dir, cfg)
     tasks.prepare_model(cfg)
     model, ref_model, optimizer = learner.build_learner(cfg)
@@ -143,7 +146,7 @@ def train(cfg: dict, sampler=None) -> list:
                   f"updates train on fresher batches than a run planned this long would",
                   file=sys.stderr)
         while len(state.queue) < min(N, T - start):
-            sample_into_queue(cfg, sampler, state, model, pad_id)
+            sample_into_queue(cfg, sampler, state, model, pad_id, fresh)
         if state.rng:
             checkpoint.set_rng_state(state.rng)  # after loading and engine start, which draw from them
 
@@ -158,13 +161,12 @@ def train(cfg: dict, sampler=None) -> list:
                 batch = rollout.pool_batch(cfg, t)
             else:
                 if state.next_batch < T:  # sample with version t-1 only if some update trains on it
-                    new, times = sample_into_queue(cfg, sampler, state, model, pad_id)
+                    new, times = sample_into_queue(cfg, sampler, state, model, pad_id, fresh)
                     sample_reward = sum(new.rewards) / len(new.rewards)
                 batch = state.queue.popleft()
 
             # ---------------------------------------------------------- learn
-            metrics = learn_or_skip(cfg, model, ref_model, optimizer, batch, pad_id, t,
-                                    fresh=not offline and N == 0)
+            metrics = learn_or_skip(cfg, model, ref_model, optimizer, batch, pad_id, t, fresh)
             # A non-finite loss or gradient skips the step (weights untouched), but the batch is
             # consumed and the update counted, so data order and delay stay those of the schedule:
             # one overflowing batch should not cost a restart. A streak of max_consecutive_skips
@@ -220,13 +222,13 @@ def train(cfg: dict, sampler=None) -> list:
     return rows
 
 
-def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int) -> tuple:
+def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int,
+                      fresh: bool) -> tuple:
     """Sample the next rollout batch with the engine's current weights onto the delay queue;
-    returns it and its metrics (phase times, engine-vs-learner mismatch). At N = 0 the batch is
-    trained next, with these weights: learn(fresh=True) takes the learner's view of it from its
-    own forward pass instead of a second one here."""
+    returns it and its metrics (phase times, engine-vs-learner mismatch). fresh: the batch is
+    trained next, with these weights, and learn(fresh=True) takes the learner's view of it."""
     batch, times = rollout.sample_batch(cfg, sampler, state.next_batch)
-    if cfg["delay"] > 0:
+    if not fresh:
         with learner.timed(times, "time/behavior", next(model.parameters()).device):
             times.update(learner.fresh_behavior(cfg, model, batch, pad_id))
     state.queue.append(batch)
@@ -292,8 +294,9 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
             with learner.autocast(cfg):
                 logp, mask, ent = learner.response_logp(model, inputs, True, chunk)
             if fresh:
-                learner_view += learner.ragged(logp.detach(), part)
-                learner.adopt_learner_view(cfg, part, learner_view[-len(part):])
+                view = learner.ragged(logp.detach(), part)
+                learner.adopt_learner_view(cfg, part, view)
+                learner_view += view
             behavior = learner.padded([r.behavior_logp for r in part], logp.size(1), device)
             rewards = torch.tensor(batch.rewards[start:start + mb], dtype=torch.float32, device=device)
             loss, _ = losses.compute_loss(cfg["loss"], logp=logp, behavior_logp=behavior,
