@@ -280,9 +280,14 @@ def shared_prompt_inputs(rollouts: list, pad_id: int, groups: list, place: list,
             "targets": targets}
 
 
-def response_logp(model, inputs: dict, with_entropy: bool = False, chunk_tokens: int = 0):
-    """Token log-probs of the responses under `model`: ([B, T] logp, [B, T] float mask, entropy
-    sum or None); `inputs` from batch_inputs, on the model's device.
+def response_logp(model, inputs: dict, with_entropy: bool = False, chunk_tokens: int = 0,
+                  temperature: float = 1.0):
+    """Token log-probs of the responses under `model` at `temperature`: ([B, T] logp, [B, T]
+    float mask, entropy sum or None); `inputs` from batch_inputs, on the model's device.
+
+    temperature T: the log-probs and the entropy are those of softmax(logits / T), the
+    distribution the sampler draws from at T (its behavior log-probs are of that one too), so
+    that rho = exp(logp - behavior_logp) compares like with like at any temperature.
 
     The output layer and the softmax run on the response tokens only, not on prompts and
     padding (with a 150k vocabulary those would dominate time and memory); check_output_layer
@@ -300,7 +305,7 @@ def response_logp(model, inputs: dict, with_entropy: bool = False, chunk_tokens:
     recompute = size < n and torch.is_grad_enabled() and h.requires_grad
     parts = []
     for i in range(0, n, size):
-        args = (head, h[i:i + size], targets[i:i + size], with_entropy)
+        args = (head, h[i:i + size], targets[i:i + size], with_entropy, temperature)
         parts.append(torch.utils.checkpoint.checkpoint(token_logp, *args, use_reentrant=False)
                      if recompute else token_logp(*args))
     flat = torch.cat([lp for lp, _ in parts]) if len(parts) > 1 else parts[0][0]
@@ -311,10 +316,12 @@ def response_logp(model, inputs: dict, with_entropy: bool = False, chunk_tokens:
     return logp, mask.to(flat.dtype), entropy_sum
 
 
-def token_logp(head, h, targets, with_entropy: bool) -> tuple:
-    """log softmax(head(h))[targets] per token, in float32, and the sum of the tokens' entropies
-    (no gradient; None unless with_entropy)."""
+def token_logp(head, h, targets, with_entropy: bool, temperature: float = 1.0) -> tuple:
+    """log softmax(head(h) / T)[targets] per token, in float32, and the sum of the tokens'
+    entropies of that distribution (no gradient; None unless with_entropy)."""
     logits = head(h).float()
+    if temperature != 1.0:  # skipped at T = 1, where dividing changes nothing
+        logits = logits / temperature
     logp = torch.log_softmax(logits, -1).gather(-1, targets[:, None])[:, 0]
     entropy_sum = None
     if with_entropy:
@@ -339,14 +346,15 @@ def model_inputs(model, rollouts: list, pad_id: int) -> dict:
 
 @torch.no_grad()
 def rollout_logp(cfg: dict, model, rollouts: list, pad_id: int) -> list:
-    """Each rollout's response token log-probs under `model` (lists of floats), in micro-batches
-    of micro_batch_size under the learner's autocast: the learner's own view of the behavior
+    """Each rollout's response token log-probs under `model` at the sampling temperature (lists
+    of floats), in micro-batches of micro_batch_size under the learner's autocast: the learner's own view of the behavior
     policy when `model` holds the weights that sampled the rollouts."""
     out, chunk = [], chunk_tokens(cfg, model)
     for start in range(0, len(rollouts), cfg["micro_batch_size"]):
         part = rollouts[start:start + cfg["micro_batch_size"]]
         with autocast(cfg):
-            logp, _, _ = response_logp(model, model_inputs(model, part, pad_id), chunk_tokens=chunk)
+            logp, _, _ = response_logp(model, model_inputs(model, part, pad_id), chunk_tokens=chunk,
+                                       temperature=cfg["temperature"])
         out += ragged(logp, part)
     return out
 

@@ -277,6 +277,8 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
     n_tokens_total = sum(len(r.response_ids) for r in batch.rollouts)
     need_ref = losses.needs_ref(cfg["loss"])
     chunk = learner.chunk_tokens(cfg, model)
+    # every log-prob (policy, reference, entropy) of the distribution sampled from: logits / T
+    temperature = cfg["temperature"]
     logp_all, ref_all, entropy_sum, learner_view = [], [], 0.0, []
     engine_logp = [r.behavior_logp for r in batch.rollouts]
     loss_total = torch.zeros((), device=device)
@@ -289,10 +291,11 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
         with learner.timed(times, "time/ref", device):
             if need_ref:  # the reference's forward pass only, no graph
                 with torch.no_grad(), learner.autocast(cfg):
-                    ref_logp, _, _ = learner.response_logp(ref_model, inputs, chunk_tokens=chunk)
+                    ref_logp, _, _ = learner.response_logp(ref_model, inputs, chunk_tokens=chunk,
+                                                           temperature=temperature)
         with learner.timed(times, "time/learn", device):
             with learner.autocast(cfg):
-                logp, mask, ent = learner.response_logp(model, inputs, True, chunk)
+                logp, mask, ent = learner.response_logp(model, inputs, True, chunk, temperature)
             if fresh:
                 view = learner.ragged(logp.detach(), part)
                 learner.adopt_learner_view(cfg, part, view)

@@ -1,4 +1,5 @@
 """The loop: exact staleness, on-policy at N = 0, real weight sync, config errors."""
+import itertools
 import json
 import os
 
@@ -40,12 +41,21 @@ def test_on_policy_behavior_equals_learner(tmp_path, sampler):
     assert rows[-1]["logp_diff_max"] > 1e-3
 
 
-def _learner_logp(model, rollouts):
+def test_on_policy_at_a_temperature(tmp_path, sampler):
+    """At T != 1 the engine samples from softmax(logits / T) and its behavior log-probs are of
+    that distribution; the learner's log-probs are taken at the same T, so at N = 0 in fp32 the
+    two agree (with the learner at T = 1: k3 ~ 0.02, logp_diff_max ~ 2 on the toy)."""
+    cfg = toy_config(tmp_path, delay=0, updates=2, lr=1e-3, temperature=0.7)
+    for r in train.train(cfg, sampler=sampler):
+        assert r["logp_diff_max"] < 1e-4 and r["k3"] < 1e-8 and r["engine_k3"] < 1e-8
+
+
+def _learner_logp(model, rollouts, temperature=1.0):
     out = []
     with torch.no_grad():
         for r in rollouts:
             ids = torch.tensor([r.prompt_ids + r.response_ids])
-            lp = torch.log_softmax(model(ids).logits[0].float(), -1)
+            lp = torch.log_softmax(model(ids).logits[0].float() / temperature, -1)
             P = len(r.prompt_ids)
             pos = torch.arange(P - 1, P - 1 + len(r.response_ids))
             out.append(lp[pos, torch.tensor(r.response_ids)])
@@ -55,7 +65,7 @@ def _learner_logp(model, rollouts):
 def test_response_logp_matches_one_sequence_at_a_time(toy_model):
     """The batched learner log-probs, with sequences packed several to a row or one per row, and
     the output layer on response tokens only, equal a plain forward pass over each sequence
-    alone; the entropy is that of the full logits."""
+    alone; the entropy is that of the full logits; both at the sampling temperature."""
     import rollout
     model = learner.load_learner({"model": toy_model, "dtype": "float32", "gradient_checkpointing": False,
                                   "cpu_matmul": "onednn", "device": "auto"})
@@ -65,19 +75,22 @@ def test_response_logp_matches_one_sequence_at_a_time(toy_model):
              rollout.Rollout(1, [30], [31, 1], "", [-0.5] * 2, 0, True),
              rollout.Rollout(2, [40], [41, 42], "", [-0.25] * 2, 0, False)]
     mid = rollout.Rollout(2, [50, 51], [52, 53, 54, 1], "", [-0.75] * 4, 0, True)
-    for rollouts, shape in [([long] + short + [mid], (2, 24)),  # 12 + 6 + 3 + 3 | 3 + 3 + pads
-                            ([long, mid], (2, 12))]:             # one per row: cheaper here
+    for (rollouts, shape), T in itertools.product(
+            [([long] + short + [mid], (2, 24)),  # 12 + 6 + 3 + 3 | 3 + 3 + pads
+             ([long, mid], (2, 12))], (1.0, 0.6)):  # one per row: cheaper here
         inputs = learner.batch_inputs(rollouts, 0, model.config.hidden_size)
         assert inputs["ids"].shape == shape
-        logp, mask, entropy_sum = learner.response_logp(model, inputs, True)
+        logp, mask, entropy_sum = learner.response_logp(model, inputs, True, temperature=T)
         assert mask.sum(1).tolist() == [len(r.response_ids) for r in rollouts]
-        assert torch.allclose(logp[mask.bool()], _learner_logp(model, rollouts), atol=1e-5)
+        assert torch.allclose(logp[mask.bool()], _learner_logp(model, rollouts, T), atol=1e-5)
+        if T != 1:  # and not those at T = 1
+            assert not torch.allclose(logp[mask.bool()], _learner_logp(model, rollouts), atol=1e-2)
         assert (logp[~mask.bool()] == 0).all()
         entropies = []
         with torch.no_grad():
             for r in rollouts:
                 ids = torch.tensor([r.prompt_ids + r.response_ids])
-                lp = torch.log_softmax(model(ids).logits[0], -1)
+                lp = torch.log_softmax(model(ids).logits[0] / T, -1)
                 P = len(r.prompt_ids)
                 entropies.append(-(lp.exp() * lp).sum(-1)[P - 1:P - 1 + len(r.response_ids)])
         assert float(entropy_sum) == pytest.approx(float(torch.cat(entropies).sum()), rel=1e-5)
