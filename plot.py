@@ -64,8 +64,8 @@ def eval_key(rows: list, stat: str, average: bool = False) -> str:
     """The metric eval/<benchmark>/<stat>... to plot (stat: 'mean@', 'best@', 'partial_mean@',
     'unsolved_solved_frac'). average: the problem-weighted average over benchmarks (Figs. 2, 3)
     when several were evaluated; otherwise MATH-500 (Figs. 1, 4, 5), else the only benchmark."""
-    keys = sorted({k for r in rows for k in r
-                   if k.startswith("eval/") and k.split("/")[-1].startswith(stat)})
+    keys = sorted({k for r in rows for k in r  # eval/<benchmark>/<stat>, not the toy's eval/toy/d2/...
+                   if k.startswith("eval/") and k.count("/") == 2 and k.split("/")[-1].startswith(stat)})
     if not keys:
         raise ValueError(f"no eval/*/{stat} metric in the run: was eval_every 0?")
     avg = [k for k in keys if k.startswith("eval/avg/")]

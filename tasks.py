@@ -20,7 +20,9 @@ import os
 import random
 import shutil
 import socket
+import sys
 import time
+import unicodedata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HUB_PROBE_TIMEOUT_S = 3.0  # a quick TCP probe spares datasets' ~25 s of retries when offline
@@ -58,12 +60,24 @@ def toy_problem(rng: random.Random, digits: int) -> dict:
     return {"prompt": f"{a}+{b}=", "answer": str(a + b), "digits": digits}
 
 
-def toy_dataset(n: int, seed: int, digit_weights: dict) -> list:
-    """`n` toy problems; `digit_weights` maps number of digits -> sampling weight."""
+def toy_pair(problem: dict) -> tuple:
+    """The operands of a toy sum, smaller first: a+b and b+a are one problem."""
+    a, b = map(int, problem["prompt"][:-1].split("+"))
+    return min(a, b), max(a, b)
+
+
+def toy_dataset(n: int, seed, digit_weights: dict, exclude: frozenset = frozenset()) -> list:
+    """`n` toy problems drawn by random.Random(seed); `digit_weights` maps number of digits ->
+    sampling weight. A sum whose operands (in either order) are in `exclude` is drawn again."""
     rng = random.Random(seed)
     digits = list(digit_weights)
     weights = [digit_weights[d] for d in digits]
-    return [toy_problem(rng, rng.choices(digits, weights)[0]) for _ in range(n)]
+    problems = []
+    while len(problems) < n:
+        problem = toy_problem(rng, rng.choices(digits, weights)[0])
+        if toy_pair(problem) not in exclude:
+            problems.append(problem)
+    return problems
 
 
 def toy_response(problem: dict) -> str:
@@ -77,10 +91,39 @@ class BenchmarkUnavailable(RuntimeError):
 
 
 
-def toy_benchmark(size: int = 200, seed: int = 1234, digit_weights: dict = None) -> list:
-    """The toy eval set: fixed problems, disjoint in seed from the training stream."""
-    problems = toy_dataset(size, seed, digit_weights or TOY_DIGITS)
-    return [{**p, "id": f"toy-{i}"} for i, p in enumerate(problems)]
+# The toy's two random streams are keyed by strings that cannot be equal ("toy-eval" against
+# "toy-train:SEED:INDEX"), so no run seed or batch index makes a training batch replay the
+# evaluation set (they were integers once, and training batch 1234 at seed 0 was its start).
+TOY_EVAL_KEY = "toy-eval"
+
+
+def toy_train_key(seed: int, index: int) -> str:
+    """The random.Random key of toy training batch `index` of a run seeded `seed`."""
+    return f"toy-train:{seed}:{index}"
+
+
+def toy_benchmark(size: int = 200, digit_weights: dict = None) -> list:
+    """The toy eval set: `size` distinct sums drawn by the TOY_EVAL_KEY stream."""
+    rng, problems, seen = random.Random(TOY_EVAL_KEY), [], set()
+    digits = list(digit_weights or TOY_DIGITS)
+    weights = [(digit_weights or TOY_DIGITS)[d] for d in digits]
+    if size > sum(81 * 10 ** (2 * d - 2) if d > 1 else 100 for d in digits):
+        raise ValueError(f"eval_toy_size {size} is more than the distinct sums of {digits} digits")
+    while len(problems) < size:
+        problem = toy_problem(rng, rng.choices(digits, weights)[0])
+        if problem["prompt"] not in seen:
+            seen.add(problem["prompt"])
+            problems.append({**problem, "id": f"toy-{len(problems)}"})
+    return problems
+
+
+@functools.lru_cache(maxsize=8)
+def toy_held_out(size: int, digit_items: tuple) -> frozenset:
+    """The operand pairs the toy training stream never draws: those of the evaluation set's sums
+    of two digits or more. One-digit sums are the exception: there are only 55 of them (a+b and
+    b+a alike), and the evaluation holds most, so holding them out would leave training almost
+    none. The evaluation reports them apart (eval/toy/d1/...), beside d2..d4, which are held out."""
+    return frozenset(toy_pair(p) for p in toy_benchmark(size, dict(digit_items)) if p["digits"] > 1)
 
 
 def resolve(entry: str, table: dict) -> tuple:
@@ -181,7 +224,7 @@ def load_benchmark(name: str, spec: dict, template: str = "math", toy_size: int 
     key = json.dumps([name, spec, template, toy_size, toy_digits], sort_keys=True, default=str)
     if key not in _LOADED:
         if spec.get("toy"):
-            problems = toy_benchmark(toy_size, digit_weights=toy_digits)
+            problems = toy_benchmark(toy_size, toy_digits)
         else:
             if spec.get("file"):
                 problems = read_jsonl(name, spec["file"], spec)
@@ -212,9 +255,37 @@ def load_config_benchmarks(cfg: dict) -> dict:
 
 # ----------------------------------------------------------------------------- the training stream
 
+def normalized_problem(text: str) -> str:
+    """A problem's text for comparison: Unicode NFKC, case and all whitespace ignored."""
+    return "".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
 def train_problems(cfg: dict) -> list:
-    """task=math: the training problems {id, prompt, answer} (loaded once per process)."""
-    return load_benchmark("train_data", cfg["train_data"], cfg["prompt_template"])
+    """task=math: the training problems {id, prompt, answer} (loaded once per process), less
+    those whose problem text (normalized_problem) is also in an evaluation benchmark of the
+    config (with eval_every > 0): they are dropped, and the count said once."""
+    keys = ("train_data", "prompt_template", "eval_every", "eval_benchmarks", "benchmarks")
+    key = json.dumps([cfg[k] for k in keys], sort_keys=True, default=str)
+    if key in _TRAIN:
+        return _TRAIN[key]
+    problems = load_benchmark("train_data", cfg["train_data"], cfg["prompt_template"])
+    if cfg["eval_every"] > 0:
+        held_out = {normalized_problem(p["problem"]) for bench in load_config_benchmarks(cfg).values()
+                    for p in bench if "problem" in p}  # the toy benchmark's sums have none
+        kept = [p for p in problems if normalized_problem(p["problem"]) not in held_out]
+        if not kept:
+            raise ValueError(f"every training problem of train_data is also an evaluation problem "
+                             f"({cfg['eval_benchmarks']}): train on another set, or evaluate on another")
+        if len(kept) < len(problems):
+            print(f"train_data: dropped {len(problems) - len(kept)} of {len(problems)} problems "
+                  f"that are also evaluation problems ({', '.join(cfg['eval_benchmarks'])})",
+                  file=sys.stderr)
+        problems = kept
+    _TRAIN[key] = problems
+    return problems
+
+
+_TRAIN = {}
 
 
 @functools.lru_cache(maxsize=4)
@@ -228,11 +299,13 @@ def epoch_order(seed: int, epoch: int, size: int) -> list:
 
 def prompts_for_batch(cfg: dict, index: int) -> list:
     """The problems of rollout batch `index`: a pure function of (seed, index), so a resumed run
-    sees the same prompts. Toy: fresh sums. Math: the training set in a new random order each
-    epoch; batch `index` takes items index*P .. index*P+P-1 of that stream."""
+    sees the same prompts. Toy: fresh sums, none of them an evaluation sum of two digits or
+    more (toy_held_out). Math: the training set in a new random order each epoch; batch `index`
+    takes items index*P .. index*P+P-1 of that stream."""
     P = cfg["prompts_per_update"]
     if cfg["task"] == "toy":
-        return toy_dataset(P, cfg["seed"] * 1_000_003 + index, cfg["toy_digits"])
+        held_out = toy_held_out(cfg["eval_toy_size"], tuple(cfg["toy_digits"].items()))
+        return toy_dataset(P, toy_train_key(cfg["seed"], index), cfg["toy_digits"], held_out)
     problems = train_problems(cfg)
     stream = (divmod(j, len(problems)) for j in range(index * P, (index + 1) * P))
     return [problems[epoch_order(cfg["seed"], epoch, len(problems))[pos]] for epoch, pos in stream]
