@@ -29,8 +29,8 @@ Entry point (what train.py calls)::
 ``name`` is a key of ``LOSSES``; ``hparams`` keys are those of ``DEFAULTS`` (the one place
 the hyperparameter defaults live; configs/defaults.yaml repeats them and a test keeps the two
 equal). ``batch_stats``: statistics of the whole rollout batch that m2po and gspo read
-(``batch_stats()``); None: taken from this call's tensors, right when the call holds the whole
-batch, as every call on one micro-batch of several does not. ``metrics`` is a dict of Python
+(``batch_stats()``); None: computed from this call's tensors, which is right when the call holds
+the whole batch and wrong for one micro-batch of several. ``metrics`` is a dict of Python
 floats: loss, k3, coef_correct_sum, coef_abs_mean, the IS health of every objective
 (is_log_ratio_mean, is_ratio_min, is_ratio_max, is_chi2_token, is_chi2_seq,
 is_seq_log_ratio_max; ``is_health``), and each objective's own: clip_frac where a clip can act
@@ -140,7 +140,7 @@ def grpo_tis(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     rho = exp(logp - logp.detach()), so the gradient per token is -w_{i,t} A_i / n.
     """
     A = _grpo_advantages(rewards, group_size)
-    tok, clipped = _clipped_surrogate(logp, logp.detach(), A[:, None], hp["clip_low"], hp["clip_high"])
+    tok, _ = _clipped_surrogate(logp, logp.detach(), A[:, None], hp["clip_low"], hp["clip_high"])
     raw = torch.exp(logp.detach() - behavior_logp)
     w = raw.clamp(max=hp["tis_cap"])
     n = mask.sum()
