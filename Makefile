@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo fig3 fig4 fig8 fig10 figs test setup clean
+.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard test setup clean
 
 setup: .venv/ready
 
@@ -51,6 +51,13 @@ fig8: .venv/ready
 fig10: .venv/ready
 	$(PY) sweep.py configs/sweep_fig10_toy.yaml
 	$(PY) plot.py fig10 runs/fig10_toy --out fig10_toy.png
+
+# Toy leaderboard: every registered objective (+ PPO against the sampler) x N in {0, 8, 32, 128}
+# x 2 seeds, 300 updates (runs/leaderboard_toy; finished runs are skipped, so it resumes), then
+# final mean@4 against N (leaderboard_toy.png) and its table (leaderboard_toy.md).
+leaderboard: .venv/ready
+	$(PY) sweep.py configs/sweep_leaderboard_toy.yaml
+	$(PY) plot.py leaderboard runs/leaderboard_toy --out leaderboard_toy.png
 
 # Every toy figure (finished runs are skipped).
 figs: demo fig3 fig4 fig8 fig10

@@ -9,6 +9,7 @@
     python plot.py fig8  runs/fig8_toy  --out fig8_toy.png    # GGPO: beta x reference refresh
     python plot.py fig9  runs/fig8_toy  --out fig9_toy.png    # ESS of GGPO's weights on successes
     python plot.py fig10 runs/fig10_toy --out fig10_toy.png   # GGPO: original vs detached update
+    python plot.py leaderboard runs/leaderboard_toy --out leaderboard_toy.png  # every objective vs N
 
 A run folder holds config.yaml and metrics.jsonl (train.py writes them; sweep.py lays folders out
 as <loss>_N<delay>_s<seed>[_<key>-<value>...]). Runs that differ only in seed are averaged;
@@ -34,7 +35,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 # losses.py, or found in a run folder) gets a spare color, so it shows in every figure
 STUDY_STYLE = {"grpo": ("tab:orange", "-"), "grpo_tis": ("tab:purple", "--"),
                "agro": ("tab:green", "-"), "ggpo": ("tab:blue", "-")}
-SPARE_COLORS = ["tab:red", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray"]
+SPARE_COLORS = ["tab:red", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "black",
+                "gold", "navy", "lime"]
 # Fig. 7: training-time metrics, averaged over the last 10% of each run's updates
 DIAGNOSTICS = [("k3", 1e3, "K3 (x1e-3)"), ("entropy", 1, "entropy"), ("clip_frac", 1, "clip fraction"),
                ("tis_weight_mean", 1, "TIS weight mean"), ("ggpo_ess_success", 1, "GGPO ESS (successes)"),
@@ -406,18 +408,83 @@ def fig10(root: str, out: str, window: int = 20, **_) -> None:
         style = dict(color=["tab:red", "tab:blue"][i % 2], label=variant)
         curve(axes[0], group, "reward_mean", 1, window, band=True, **style)
         _, per_x = curve(axes[1], group, key, 100, band=True, marker=".", **style)
-        curve(axes[2], group, "clip_frac", 100, window, **style)
+        clipped = [last_fraction(r["rows"], "clip_frac") for r in group]
+        if None not in clipped:  # the original update has no token clip: not logged
+            curve(axes[2], group, "clip_frac", 100, window, **style)
         table.append(f"| {variant} | {fmt([mean(series(r['rows'], 'reward_mean')[1]) for r in group], 1)} | "
                      f"{fmt([last_fraction(r['rows'], 'reward_mean') for r in group], 1)} | "
-                     f"{fmt(per_x[-1])} | {fmt([last_fraction(r['rows'], 'clip_frac') for r in group])} |")
+                     f"{fmt(per_x[-1])} | {fmt(clipped) if None not in clipped else 'no clip'} |")
     for ax, title in zip(axes, ["training reward", f"{key[5:]} (%)", "tokens clipped (%)"]):
         ax.set(title=title, xlabel="optimizer updates")
     finish(fig, axes, out, f"GGPO update: original vs detached with token clipping, "
                            f"N = {delays_note(runs)} ({seeds_note(runs)}, min-max)", table)
 
 
+def method(run: dict) -> str:
+    """The leaderboard's entries: objectives, and grpo's PPO clip against the sampler apart."""
+    behavior = run["loss"] == "grpo" and run["cfg"]["loss_args"]["grpo_anchor"] == "behavior"
+    return "grpo_behavior" if behavior else run["loss"]
+
+
+def method_style(name: str, names: list) -> tuple:
+    """(label, color, line style): the study's styles for its four, spare colors for the rest."""
+    if name == "grpo_behavior":
+        label = "PPO vs sampler (GRPO, behavior anchor)"
+    else:
+        label = losses.LOSSES[name].label if name in losses.LOSSES else name
+    if name in STUDY_STYLE:
+        return (label, *STUDY_STYLE[name])
+    i = [n for n in names if n not in STUDY_STYLE].index(name)
+    return label, SPARE_COLORS[i % len(SPARE_COLORS)], ["-.", ":"][i % 2]
+
+
+LEADERBOARD_AT = [("k3", 1e3, "K3 x1e-3"), ("is_chi2_token", 1, "is_chi2_token"),
+                  ("is_masked_frac", 100, "is_masked_frac (%)")]
+
+
+def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
+    """Every objective against N: final mean@k (mean over seeds, min-max band) on equally spaced
+    N; the table adds, at N = at_delay, K3, is_chi2_token and is_masked_frac over the last 10% of
+    updates (blank where an objective does not log the metric)."""
+    runs = load_runs(root)
+    groups = defaultdict(list)
+    for r in runs:
+        key = eval_key(r["rows"], "mean@", average=True)
+        groups[(method(r), r["delay"])].append(r | {"final": series(r["rows"], key)[1][-1]})
+    delays = sorted({d for _, d in groups})
+    names = [x for n in loss_order(runs) for x in ((n, "grpo_behavior") if n == "grpo" else (n,))]
+    order = [n for n in names if any(k[0] == n for k in groups)]
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    at = f"N={at_delay}"
+    lines = ["| method | " + " | ".join(f"N={d}" for d in delays) + " | "
+             + " | ".join(f"{title} at {at}" for _, _, title in LEADERBOARD_AT) + " |",
+             "| --- |" + " --- |" * (len(delays) + len(LEADERBOARD_AT))]
+    for name in order:
+        label, color, style = method_style(name, order)
+        points = [(delays.index(d), [r["final"] for r in groups[(name, d)]]) for d in delays
+                  if (name, d) in groups]
+        xs = [x for x, _ in points]
+        ax.fill_between(xs, [100 * min(v) for _, v in points], [100 * max(v) for _, v in points],
+                        color=color, alpha=0.1)
+        ax.plot(xs, [100 * mean(v) for _, v in points], linestyle=style, marker="o", color=color,
+                label=label)
+        cells = {delays[x]: fmt(v) for x, v in points}
+        diag = []
+        for key, scale, _ in LEADERBOARD_AT:
+            values = [last_fraction(r["rows"], key) for r in groups.get((name, at_delay), [])]
+            diag.append(fmt(values, scale) if values and None not in values else "")
+        lines.append(f"| {label} | " + " | ".join(cells.get(d, "") for d in delays) + " | "
+                     + " | ".join(diag) + " |")
+    ax.set_xticks(range(len(delays)), [str(d) for d in delays])
+    ax.set_xlabel("synchronization delay N")
+    ax.set_ylabel("final mean accuracy (%)")
+    ax.legend(fontsize=7, ncol=2)
+    finish(fig, [ax], out, f"Leaderboard: final mean accuracy (%) against N ({seeds_note(runs)}, "
+                           f"min-max); diagnostics over the last 10% of updates", lines)
+
+
 FIGURES = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7,
-           "fig8": fig8, "fig9": fig9, "fig10": fig10}
+           "fig8": fig8, "fig9": fig9, "fig10": fig10, "leaderboard": leaderboard}
 
 
 def main(argv=None) -> None:
@@ -425,10 +492,16 @@ def main(argv=None) -> None:
     parser.add_argument("figure", choices=list(FIGURES))
     parser.add_argument("root", help="folder of run folders")
     parser.add_argument("--out", required=True, help="PNG path; the table goes next to it as .md")
-    parser.add_argument("--delay", type=int, default=8, help="figs. 1 and 5: the N to show")
+    parser.add_argument("--delay", type=int, default=None,
+                        help="figs. 1 and 5: the N to show (default 8); leaderboard: the N of its "
+                             "diagnostics columns (default 32)")
     parser.add_argument("--window", type=int, default=20, help="moving average of per-update metrics")
     args = parser.parse_args(argv)
-    FIGURES[args.figure](args.root, args.out, delay=args.delay, window=args.window)
+    if args.figure == "leaderboard":
+        leaderboard(args.root, args.out, at_delay=32 if args.delay is None else args.delay)
+        return
+    FIGURES[args.figure](args.root, args.out, delay=8 if args.delay is None else args.delay,
+                         window=args.window)
 
 
 if __name__ == "__main__":

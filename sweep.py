@@ -12,7 +12,9 @@ A sweep file names a base config, a grid and an output root:
     overrides: {updates: 300}              # applied to every run
     # grid may add any other config key, dotted for nested ones, e.g. loss_args.beta: [0.01, 0.1]
     per_loss: {grpo_tis: {lr: 1.0e-4}}     # applied to runs of one objective (optional)
-    only: {grpo_tis: {delay: [128]}}       # extra grid values for one objective (optional)
+    only: {grpo_tis: {delay: [128]}}       # extra grid values for one objective (optional);
+    # any other key adds runs of that objective with it set, e.g.
+    # only: {grpo: {loss_args.grpo_anchor: [behavior]}}  -> grpo_N8_s0_grpo_anchor-behavior, ...
 
 Each run goes to <out_root>/<loss>_N<delay>_s<seed>, followed by _<name>-<value> for every other
 grid key (name: the last part of a dotted key), e.g. ggpo_N8_s0_beta-0.1_ref_refresh_every-25.
@@ -54,17 +56,21 @@ def expand(sweep: dict) -> list:
     others = [k for k in grid if k not in ("loss", "delay", "seed")]
     runs = []
     for loss in grid["loss"]:
-        delays = list(grid["delay"]) + list(sweep.get("only", {}).get(loss, {}).get("delay", []))
-        for delay, seed, *values in itertools.product(delays, grid["seed"],
-                                                      *(grid[k] for k in others)):
-            name = f"{loss}_N{delay}_s{seed}" + "".join(
-                f"_{k.split('.')[-1]}-{v}" for k, v in zip(others, values))
-            out_dir = os.path.join(sweep["out_root"], name)
-            extra = {**sweep.get("overrides", {}), **sweep.get("per_loss", {}).get(loss, {}),
-                     **dict(zip(others, values))}
-            overrides = [f"loss={loss}", f"delay={delay}", f"seed={seed}", f"out_dir={out_dir}"]
-            overrides += [f"{k}={json.dumps(v)}" for k, v in extra.items()]
-            runs.append((out_dir, overrides))
+        only = sweep.get("only", {}).get(loss, {})
+        # (key values fixed for these runs, delays): the grid, then one variant per `only` value
+        variants = [({}, list(grid["delay"]) + list(only.get("delay", [])))]
+        variants += [({k: v}, list(grid["delay"])) for k, vs in only.items() if k != "delay" for v in vs]
+        for fixed, delays in variants:
+            for delay, seed, *values in itertools.product(delays, grid["seed"],
+                                                          *(grid[k] for k in others)):
+                named = list(zip(others, values)) + list(fixed.items())
+                name = f"{loss}_N{delay}_s{seed}" + "".join(f"_{k.split('.')[-1]}-{v}" for k, v in named)
+                out_dir = os.path.join(sweep["out_root"], name)
+                extra = {**sweep.get("overrides", {}), **sweep.get("per_loss", {}).get(loss, {}),
+                         **dict(named)}
+                overrides = [f"loss={loss}", f"delay={delay}", f"seed={seed}", f"out_dir={out_dir}"]
+                overrides += [f"{k}={json.dumps(v)}" for k, v in extra.items()]
+                runs.append((out_dir, overrides))
     return runs
 
 

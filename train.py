@@ -282,6 +282,16 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
     logp_all, ref_all, entropy_sum, learner_view = [], [], 0.0, []
     engine_logp = [r.behavior_logp for r in batch.rollouts]
     loss_total = torch.zeros((), device=device)
+    stats = None  # an objective that reads the whole batch (m2po's cutoff) gets it once, first
+    if losses.needs_batch_stats(cfg["loss"]) and len(batch.rollouts) > mb:
+        with learner.timed(times, "time/batch_stats", device):
+            view = learner.rollout_logp(cfg, model, batch.rollouts, pad_id)  # no gradient
+            own = fresh and cfg["behavior_logp"] == "learner"  # adopted below: behavior = view
+            T = max(len(lp) for lp in view)
+            stats = losses.batch_stats(
+                cfg["loss"], logp=learner.padded(view, T, device),
+                behavior_logp=learner.padded(view if own else engine_logp, T, device),
+                mask=learner.padded([[1.0] * len(lp) for lp in view], T, device), **cfg["loss_args"])
     optimizer.zero_grad(set_to_none=True)
     for start in range(0, len(batch.rollouts), mb):
         part = batch.rollouts[start:start + mb]
@@ -304,7 +314,8 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
             rewards = torch.tensor(batch.rewards[start:start + mb], dtype=torch.float32, device=device)
             loss, _ = losses.compute_loss(cfg["loss"], logp=logp, behavior_logp=behavior,
                                           ref_logp=ref_logp, mask=mask, rewards=rewards,
-                                          group_size=cfg["group_size"], **cfg["loss_args"])
+                                          group_size=cfg["group_size"], batch_stats=stats,
+                                          **cfg["loss_args"])
             share = mask.sum() / n_tokens_total
             (loss * share).backward()
         loss_total += loss.detach() * share

@@ -34,9 +34,11 @@ def test_sweep_expands_and_every_run_validates(path, capsys, monkeypatch):
         spec = yaml.safe_load(f)
     runs = sweep.expand(spec)
     grid = spec["grid"]
-    extra = sum(len(v.get("delay", [])) for v in spec.get("only", {}).values()) * len(grid["seed"])
+    # `only`: extra delays of one objective, or for any other key one set of N per value
+    extra = sum(len(v.get("delay", [])) + sum(len(vs) for k, vs in v.items() if k != "delay")
+                * len(grid["delay"]) for v in spec.get("only", {}).values())
     others = [len(v) for k, v in grid.items() if k not in ("loss", "delay", "seed")]
-    assert len(runs) == (len(grid["loss"]) * len(grid["delay"]) + extra // len(grid["seed"])) \
+    assert len(runs) == (len(grid["loss"]) * len(grid["delay"]) + extra) \
         * len(grid["seed"]) * math.prod(others)
     assert len({d for d, _ in runs}) == len(runs)
     for _, overrides in runs:
@@ -61,6 +63,25 @@ def test_sweep_grid_over_any_config_key_names_each_run():
     assert cfg["loss_args"]["clip_high"] == 0.2  # the other loss_args keep their values
     with pytest.raises(ValueError, match="seed"):
         sweep.expand({**spec, "grid": {"loss": ["grpo"], "delay": [0]}})
+
+
+@pytest.mark.parametrize("name", ["sweep_leaderboard_toy.yaml", "sweep_leaderboard_qwen_quick.yaml"])
+def test_leaderboard_sweeps_cover_every_registered_objective(name):
+    """Every objective of losses.LOSSES plus PPO against the sampler (grpo, behavior anchor) x
+    N in {0, 8, 32, 128} x 2 seeds = 12 x 4 x 2 = 96 runs, each with its own folder."""
+    import losses
+    with open(os.path.join(ROOT, "configs", name)) as f:
+        spec = yaml.safe_load(f)
+    runs = sweep.expand(spec)
+    assert len(runs) == 96 and len({d for d, _ in runs}) == 96
+    assert spec["grid"]["loss"] == list(losses.LOSSES)
+    behavior = [o for d, o in runs if d.endswith("_grpo_anchor-behavior")]
+    assert len(behavior) == 8 and all("loss=grpo" in o and 'loss_args.grpo_anchor="behavior"' in o
+                                      for o in behavior)
+    assert sorted({o[1] for _, o in runs}) == ["delay=0", "delay=128", "delay=32", "delay=8"]
+    if "toy" in name:
+        cfg = config.load_config(os.path.join(ROOT, spec["config"]), runs[-1][1])
+        assert (cfg["updates"], cfg["task"], cfg["loss"]) == (300, "toy", "ds_mask")
 
 
 def test_offline_pool_needs_delay_zero():

@@ -11,9 +11,11 @@ import config
 BATCH = 8  # responses per rollout batch of the synthetic runs
 
 
-def _run(root, final, loss="grpo", delay=0, seed=0, updates=10, name=None, k3=0.001, **cfg):
+def _run(root, final, loss="grpo", delay=0, seed=0, updates=10, name=None, k3=0.001, logged=None,
+         **cfg):
     """A run folder as train.py writes it: config.yaml, and metrics.jsonl whose eval rows (update
-    0 and the last) hold the difficulty split; k3 = k3 * update, reward = 0.1 + 0.01 * update."""
+    0 and the last) hold the difficulty split; k3 = k3 * update, reward = 0.1 + 0.01 * update;
+    `logged`: more per-update metrics (their values), replacing clip_frac."""
     run_cfg = config.load_config(None, [f"loss={loss}", f"delay={delay}", f"seed={seed}"])
     for key, value in cfg.items():
         section, _, sub = key.partition(".")
@@ -29,7 +31,8 @@ def _run(root, final, loss="grpo", delay=0, seed=0, updates=10, name=None, k3=0.
                          "eval/toy/unsolved_count": 20}
     rows = [{"update": 0, "responses_total": 0, **evals(0.3)}]
     rows += [{"update": t, "k3": k3 * t, "entropy": 0.2, "reward_mean": 0.1 + 0.01 * t,
-              "clip_frac": 0.05, "ggpo_ess_success": 0.5, "grad_norm": 1.0, "response_len_mean": 9,
+              **({"clip_frac": 0.05} if logged is None else logged), "ggpo_ess_success": 0.5,
+              "grad_norm": 1.0, "response_len_mean": 9,
               "responses_total": (min(t + delay, updates)) * BATCH} for t in range(1, updates + 1)]
     rows[-1].update(evals(final))
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -96,3 +99,36 @@ def test_fig4_fig8_fig9_fig10_from_their_grids(tmp_path):
     # reward 0.1 + 0.01 t: 0.155 over all 10 updates, 0.2 at the last; clipped 5% of tokens
     assert "| original | 0.155 (0.155-0.155) | 0.2 (0.2-0.2) | 10.0 (10.0-10.0) | 5.0 (5.0-5.0) |" \
         in _table(paths["fig10"])
+
+
+def test_leaderboard_and_fig7_fig10_without_clip_frac(tmp_path):
+    """Three entries: GRPO (proximal: no clip_frac logged), PPO vs the sampler (grpo, behavior
+    anchor: its own row), M2PO (logs is_masked_frac); N in {0, 32}, two seeds. The table holds
+    final mean@4 per N and, at N = 32, K3, is_chi2_token and is_masked_frac (blank where absent)."""
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        for delay in (0, 32):
+            _run(runs, 0.5 - delay / 100 + 0.1 * seed, "grpo", delay, seed, logged={"is_chi2_token": 0.2})
+            _run(runs, 0.4 + 0.1 * seed, "grpo", delay, seed, name=f"grpo_N{delay}_s{seed}_grpo_anchor-behavior",
+                 logged={"clip_frac": 0.1, "is_chi2_token": 0.3}, **{"loss_args.grpo_anchor": "behavior"})
+            _run(runs, 0.6, "m2po", delay, seed, k3=0.002,
+                 logged={"is_chi2_token": 0.5, "is_masked_frac": 0.25 + 0.1 * seed})
+    out = str(tmp_path / "leaderboard.png")
+    plot.main(["leaderboard", str(runs), "--out", out])
+    assert os.path.getsize(out) > 10_000
+    table = _table(out)
+    assert "| method | N=0 | N=32 | K3 x1e-3 at N=32 | is_chi2_token at N=32 | is_masked_frac (%) at N=32 |" in table
+    assert "| GRPO | 55.0 (50.0-60.0) | 23.0 (18.0-28.0) | 10 (10-10) | 0.2 (0.2-0.2) |  |" in table
+    assert "| PPO vs sampler (GRPO, behavior anchor) | 45.0 (40.0-50.0) | 45.0 (40.0-50.0) | 10 (10-10) | " \
+        "0.3 (0.3-0.3) |  |" in table
+    assert "| M2PO | 60.0 (60.0-60.0) | 60.0 (60.0-60.0) | 20 (20-20) | 0.5 (0.5-0.5) | 30.0 (25.0-35.0) |" in table
+    lines = table.splitlines()
+    assert [l.split(" |")[0] for l in lines[-3:]] == ["| GRPO", "| PPO vs sampler (GRPO, behavior anchor)", "| M2PO"]
+    # fig. 7 and fig. 10 with clip_frac absent for some objectives
+    plot.main(["fig7", str(runs), "--out", str(tmp_path / "fig7.png")])
+    for variant, logged in (("original", {}), ("detached", None)):
+        _run(tmp_path / "fig10", 0.3, "ggpo", 8, 0, name=f"ggpo_N8_s0_v-{variant}", logged=logged,
+             **{"loss_args.ggpo_variant": variant})
+    plot.main(["fig10", str(tmp_path / "fig10"), "--out", str(tmp_path / "fig10.png")])
+    assert "| original | 0.155 | 0.2 | 30.0 | no clip |" in _table(str(tmp_path / "fig10.png"))
+    assert "| detached | 0.155 | 0.2 | 30.0 | 5.0 |" in _table(str(tmp_path / "fig10.png"))
