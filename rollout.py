@@ -80,6 +80,9 @@ class Sampler:
         self.llm = LLM(model=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
                        gpu_memory_utilization=gpu_memory_utilization,
                        enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=on_gpu,
+                       # vLLM's CPU runner cannot rewind a seeded request's generator when a prompt
+                       # is split across steps ("CPU Generator does not use offset"): whole prompts
+                       enable_chunked_prefill=on_gpu,
                        logprobs_mode="processed_logprobs", max_logprobs=1, enforce_eager=enforce_eager)
         # A CPU learner shares the cores with this process's engine and needs its threads back;
         # on GPU vLLM sets 1 thread for serving on purpose and the learner's work is on the GPU.
