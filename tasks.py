@@ -250,7 +250,7 @@ def context_need(cfg: dict) -> dict:
 
     need = max over those prompts of (prompt tokens + its response limit). Returns {need, length,
     where, id, max_tokens (of that prompt), model_limit (max_position_embeddings)}; tokenized
-    once per process (a fast tokenizer, batched: ~12k MATH problems in about a second)."""
+    once per process (a fast tokenizer, batched: 12k MATH-sized problems in 3.5-4.5 s on 2 cores)."""
     key = json.dumps([cfg[k] for k in ("model", "task", "train_data", "prompt_template", "toy_digits",
                                        "eval_every", "eval_benchmarks", "benchmarks",
                                        "eval_toy_size", "max_tokens", "eval_max_tokens")],
