@@ -79,6 +79,7 @@ def damage(path: str):
 
 def set_aside(path: str, why: str, older: str) -> None:
     """Rename a damaged checkpoint out of the way (save_checkpoint deletes it with the next one)."""
+    shutil.rmtree(path + ".damaged", ignore_errors=True)  # one of that number set aside before
     os.replace(path, path + ".damaged")
     print(f"checkpoint {path} is damaged ({why}): resuming from {older} instead (the damaged one is "
           f"now {os.path.basename(path)}.damaged, deleted at the next checkpoint)", file=sys.stderr)

@@ -1,6 +1,6 @@
 """The study's GPU path rehearsed on the CPU at Qwen3-1.7B-Base's real shape, through the real engine.
 
-    python rehearse_gpu_path.py [--layers 2] [--updates 4] [--keep DIR]
+    python rehearse_gpu_path.py [--layers 2] [--updates 4] [--keep DIR] [--check-exact]
 
 A random-init Qwen3 with Qwen3-1.7B-Base's config (width 2048, 16 query / 8 KV heads of 128,
 MLP 6144, vocabulary 151,936, tied embeddings, RoPE theta 1e6) but --layers of its 28 layers,
@@ -13,6 +13,7 @@ from the GPU: the CPU engine (its older model runner, eager), 2 prompts x 2 resp
 most 32 tokens per update, and 2 layers. The run is stopped by SIGTERM after update 2 and
 resumed with resume=true; evaluation (tests/fixtures/mini_aime.jsonl, 2 samples) at updates 0
 and --updates. Prints seconds per phase and each process's peak memory (resident set).
+--check-exact also runs the same 4 updates without a stop and compares every non-time value.
 """
 import argparse
 import json
@@ -102,6 +103,8 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--updates", type=int, default=4)
     p.add_argument("--keep", help="a folder for the model and the run (default: a temporary one)")
+    p.add_argument("--check-exact", action="store_true",
+                   help="also run it without a stop and compare metrics.jsonl (every non-time key)")
     args = p.parse_args()
     sys.path.insert(0, HERE)
     root = args.keep or tempfile.mkdtemp(prefix="rehearsal-")
@@ -137,6 +140,19 @@ def main() -> None:
     print(f"updates logged: {[r['update'] for r in rows]}; run folder {out}")
     if any(code not in (0, 128 + signal.SIGTERM) for _, code, _, _ in results):
         sys.exit(f"a process failed: see {root}/first.log and {root}/second.log")
+    if args.check_exact:
+        ref = os.path.join(root, "uninterrupted")
+        code, wall, peak = run([a.replace(f"out_dir={out}", f"out_dir={ref}") for a in argv],
+                               os.path.join(root, "uninterrupted.log"))
+        ref_rows = [json.loads(line) for line in open(os.path.join(ref, "metrics.jsonl"))]
+        values = [(r["update"], k, r.get(k), q.get(k)) for r, q in zip(rows, ref_rows)
+                  for k in sorted(set(r) | set(q)) if not k.startswith("time/")]
+        differ = [v for v in values if v[2] != v[3]]
+        print(f"uninterrupted run: exit {code}, {wall:.0f} s; {len(values)} non-time values of "
+              f"{len(rows)} rows (its own: {len(ref_rows)}) compared, {len(differ)} differ "
+              f"{differ[:5]}; eval records "
+              + ("identical" if open(os.path.join(out, "eval_records.jsonl")).read()
+                 == open(os.path.join(ref, "eval_records.jsonl")).read() else "DIFFER"))
 
 
 if __name__ == "__main__":
