@@ -304,6 +304,9 @@ def max_model_len(cfg: dict) -> int:
     if setting < b["need"]:
         raise ValueError(f"vllm.max_model_len={setting} is too small: {prompt}; set "
                          f"vllm.max_model_len={b['need']} (or auto)")
+    if setting > b["model_limit"]:  # vLLM would refuse it too, but only after loading the model
+        raise ValueError(f"vllm.max_model_len={setting} is more than the model's "
+                         f"max_position_embeddings {b['model_limit']}: set at most that, or auto")
     return setting
 
 

@@ -79,6 +79,10 @@ def test_an_eval_prompt_too_long_for_a_set_context_is_refused_naming_it(tmp_path
                                          r"benchmark prompt \(long-1\) has 48 tokens.*; set "
                                          r"vllm.max_model_len=88 \(or auto\)$"):
         train.train(cfg)
+    cfg["vllm"]["max_model_len"] = 200
+    with pytest.raises(ValueError, match=r"^vllm.max_model_len=200 is more than the model's "
+                                         r"max_position_embeddings 128: set at most that, or auto$"):
+        train.train(cfg)
     cfg["vllm"]["max_model_len"] = "auto"
     assert tasks.max_model_len(cfg) == 88
 
