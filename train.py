@@ -81,13 +81,7 @@ def train(cfg: dict, sampler=None) -> list:
     0) after dropping the rows logged past it, so metrics.jsonl never holds an update twice.
     """
     # ------------------------------------------------------------------ setup
-    ckpt = preflight(cfg)  # refuses bad paths and a clashing out_dir before any long work
-    if sampler is not None:  # a shared engine: its context must hold this run's prompts too
-        need = tasks.context_need(cfg)
-        if sampler.llm.model_config.max_model_len < need["need"]:
-            raise ValueError(f"the shared engine's max_model_len {sampler.llm.model_config.max_model_len}"
-                             f" is too small for this run: {need['where']} prompt {need['id']} has "
-                             f"{need['length']} tokens and needs {need['need']}")
+    ckpt = preflight(cfg, sampler)  # refuses bad input and a clashing out_dir before any long work
     torch.manual_seed(cfg["seed"])
     out_dir, N, T = cfg["out_dir"], cfg["delay"], cfg["updates"]
     offline = bool(cfg["offline_pool"]["path"])
@@ -398,12 +392,13 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
     return metrics
 
 
-def preflight(cfg: dict):
+def preflight(cfg: dict, sampler=None):
     """Checks on files, run before any long work (model build, engine start).
 
     Refuses a missing model, a benchmark or training set that cannot be loaded, a prompt that
-    with its max tokens does not fit vllm.max_model_len (or the model), an offline pool of
-    another recipe, and an out_dir that holds another run (or this run, without resume=true).
+    with its max tokens does not fit vllm.max_model_len (or the model, or a shared `sampler`),
+    an offline pool of another recipe, and an out_dir that holds another run (or this run,
+    without resume=true).
     Returns the checkpoint to resume from, or None.
     """
     learner.pick_device(cfg)  # a GPU that is expected but unusable: say so now, not after hours
@@ -420,6 +415,11 @@ def preflight(cfg: dict):
     if cfg["eval_every"] > 0:
         tasks.load_config_benchmarks(cfg)  # raises BenchmarkUnavailable, naming the fix
     tasks.max_model_len(cfg)  # every prompt and its max tokens fit the engine's context, or refuse
+    need = tasks.context_need(cfg)
+    if sampler is not None and sampler.llm.model_config.max_model_len < need["need"]:
+        raise ValueError(f"the shared engine's max_model_len {sampler.llm.model_config.max_model_len}"
+                         f" is too small for this run: {need['where']} prompt {need['id']} has "
+                         f"{need['length']} tokens and needs {need['need']}")
     pool = cfg["offline_pool"]["path"]
     if pool and os.path.exists(os.path.join(pool, "recipe.json")):
         rollout.check_pool_recipe(cfg)
