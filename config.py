@@ -31,6 +31,11 @@ def _merge(base: dict, override: dict, where: str) -> dict:
             if not isinstance(value, dict):
                 raise TypeError(f"config key {where}{key} must be a mapping, got {value!r}")
             out[key] = _merge(base[key], value, f"{where}{key}.")
+        elif where + key == "vllm.max_model_len":  # the one key that is a number or a word
+            if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise TypeError(f"config key vllm.max_model_len must be auto or a positive "
+                                f"integer, got {value!r}")
+            out[key] = value
         else:
             out[key] = _check_type(where + key, base[key], value)
     return out
@@ -127,6 +132,7 @@ def validate(cfg: dict) -> None:
         (all(isinstance(b, str) for b in cfg["eval_benchmarks"]),
          f"eval_benchmarks must be a list of names, got {cfg['eval_benchmarks']!r}"),
         (cfg["ckpt_every"] >= 0, "ckpt_every must be >= 0 (0: checkpoint only at the end)"),
+        (cfg["keep_checkpoints"] >= 1, "keep_checkpoints must be >= 1"),
         (cfg["max_consecutive_skips"] >= 1, "max_consecutive_skips must be >= 1"),
         (bool(cfg["out_dir"]), "out_dir must be a folder name"),
         (cfg["offline_pool"]["path"] is None or isinstance(cfg["offline_pool"]["path"], str),
@@ -147,20 +153,23 @@ def validate(cfg: dict) -> None:
 
 
 # Keys that may change when a run is resumed: they do not change what the run computes
-# (micro_batch_size, logits_chunk_mib, gradient_checkpointing and cpu_matmul only up to float
-# rounding; they are here so that a run that ran out of memory can continue with smaller pieces,
-# and one made on a CPU can continue on another).
-RESUMABLE_CHANGES = ("updates", "resume", "ckpt_every", "max_consecutive_skips", "build_toy_model",
-                     "vllm", "micro_batch_size", "logits_chunk_mib", "gradient_checkpointing",
+# (micro_batch_size, logits_chunk_mib, gradient_checkpointing, cpu_matmul and the engine's memory
+# share and CUDA graphs only up to float rounding; they are here so that a run that ran out of
+# memory can continue with smaller pieces, and one made on a CPU can continue on another).
+# vllm.max_model_len is not among them: it bounds what a response can be.
+RESUMABLE_CHANGES = ("updates", "resume", "ckpt_every", "keep_checkpoints", "max_consecutive_skips",
+                     "build_toy_model", "vllm.gpu_memory_utilization", "vllm.enforce_eager",
+                     "micro_batch_size", "logits_chunk_mib", "gradient_checkpointing",
                      "cpu_matmul", "log_to", "wandb")
 
 
 def config_differences(old: dict, new: dict) -> list:
-    """'key: old -> new' for every key that differs, nested keys dotted, RESUMABLE_CHANGES left out."""
+    """'key: old -> new' for every key that differs, nested keys dotted, RESUMABLE_CHANGES (top
+    level or dotted) left out."""
     def flat(d, where=""):
         out = {}
         for k, v in d.items():
-            if where == "" and k in RESUMABLE_CHANGES:
+            if f"{where}{k}" in RESUMABLE_CHANGES:
                 continue
             if isinstance(v, dict) and k != "toy_digits":
                 out.update(flat(v, f"{where}{k}."))

@@ -333,13 +333,13 @@ def token_logp(head, h, targets, with_entropy: bool, temperature: float = 1.0) -
 def model_inputs(model, rollouts: list, pad_id: int) -> dict:
     """batch_inputs for `model`, on its device. sdpa and eager attention keep packed sequences
     apart (a mask built from the position ids); flash-attention does so only for one row. Shared
-    prompts need sdpa (it takes their explicit boolean mask as it is; eager would add it), and
-    are used on the CPU only: on a GPU the mask rules out the flash kernel, a trade measured
-    nowhere yet."""
+    prompts need sdpa (it takes their explicit boolean mask as it is; eager would add it). Both
+    are used on the CPU only: on a GPU their per-sequence mask rules out the flash kernel, and
+    the 1.05 cost factor of batch_inputs was measured on CPU; on a GPU that trade is unmeasured."""
     device = next(model.parameters()).device
     attention = model.config._attn_implementation
     inputs = batch_inputs(rollouts, pad_id, model.config.hidden_size,
-                          may_pack=attention in ("sdpa", "eager"),
+                          may_pack=attention in ("sdpa", "eager") and device.type == "cpu",
                           may_share=attention == "sdpa" and device.type == "cpu")
     return {k: v if v is None else v.to(device) for k, v in inputs.items()}
 

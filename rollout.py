@@ -24,9 +24,21 @@ import config
 import grading
 import tasks
 
-# The engine must live in this process so that weights can be pushed into it by reference, and
-# vLLM's CPU backend otherwise takes most of the machine's memory for KV cache.
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+def in_process_engine() -> None:
+    """VLLM_ENABLE_V1_MULTIPROCESSING=0, whatever the environment says: Sampler.sync pushes the
+    learner's tensors into the engine by reference, which an engine in another process cannot
+    take (at the first push: "Object of type generator is not serializable"). A different
+    value set by the user is overridden with a one-line note."""
+    value = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    if value not in (None, "0"):
+        print(f"note: VLLM_ENABLE_V1_MULTIPROCESSING={value} from the environment is set to 0: this "
+              f"code pushes weights into the engine in its own process", file=sys.stderr)
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+
+in_process_engine()
+# vLLM's CPU backend otherwise takes most of the machine's memory for KV cache
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # INFO logs every weight sync
 
@@ -58,16 +70,26 @@ class Sampler:
         if not os.path.isdir(model_path):
             raise FileNotFoundError(f"model path {model_path!r} does not exist: build the toy "
                                     f"model (tasks.build_base_model) or give a Hugging Face folder")
+        in_process_engine()  # again: the environment may have changed since the import
+        on_gpu = torch.cuda.is_available()
         threads = torch.get_num_threads()  # vLLM's CPU backend may change it; the learner needs it
+        # Prefix caching on GPU: the m samples of a MATH prompt (hundreds of tokens) share one
+        # prefill; sync() resets the cache after every weight push, so no KV of older weights is
+        # reused. Off on CPU: toy prompts are ~10 tokens (nothing to share) and the toy's samples
+        # stay those its tables were made with.
         self.llm = LLM(model=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
                        gpu_memory_utilization=gpu_memory_utilization,
-                       enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=False,
+                       enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=on_gpu,
+                       # vLLM's CPU runner cannot rewind a seeded request's generator when a prompt
+                       # is split across steps ("CPU Generator does not use offset"): whole prompts
+                       enable_chunked_prefill=on_gpu,
                        logprobs_mode="processed_logprobs", max_logprobs=1, enforce_eager=enforce_eager)
-        # the learner shares this process: vLLM sets 1 thread for serving on GPU (restored here);
-        # its CPU backend keeps the count but turns torch.set_num_threads into a no-op
-        if torch.get_num_threads() != threads:
+        # A CPU learner shares the cores with this process's engine and needs its threads back;
+        # on GPU vLLM sets 1 thread for serving on purpose and the learner's work is on the GPU.
+        # (vLLM's CPU backend keeps the count but turns torch.set_num_threads into a no-op.)
+        if not on_gpu and torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
-        if torch.get_num_threads() != threads:
+        if not on_gpu and torch.get_num_threads() != threads:
             print(f"warning: vLLM left torch {torch.get_num_threads()} threads (was {threads}); "
                   f"the learner will be slower", file=sys.stderr)
         # every in-place reload warns that the tied lm_head and the rotary cache "failed to load"
@@ -117,7 +139,8 @@ class Sampler:
         weights = ((name, p.detach().to(self.dtype)) for name, p in model.named_parameters())
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.collective_rpc(_refresh_tied_lm_head)
-        self.llm.reset_prefix_cache()
+        if not self.llm.reset_prefix_cache():  # cached KV of the old weights would be reused
+            raise RuntimeError("vLLM could not reset its prefix cache after a weight push")
         self.version = version
 
 
@@ -158,7 +181,7 @@ def make_sampler(cfg: dict):
     """The vLLM engine for a run's base model (one per process; sweeps share it)."""
     tasks.prepare_model(cfg)
     return Sampler(cfg["model"], dtype=cfg["sampler_dtype"] or cfg["dtype"], seed=cfg["seed"],
-                   **cfg["vllm"])
+                   **{**cfg["vllm"], "max_model_len": tasks.max_model_len(cfg)})
 
 
 def sample_batch(cfg, sampler, index: int) -> tuple:

@@ -42,6 +42,7 @@ import yaml
 
 import config
 import rollout
+import tasks
 import train
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,7 +77,8 @@ def expand(sweep: dict) -> list:
 
 def engine_key(cfg: dict) -> str:
     """What a vLLM engine is made with: runs that agree on it share one engine."""
-    return json.dumps([cfg["model"], cfg["sampler_dtype"] or cfg["dtype"], cfg["vllm"]])
+    return json.dumps([cfg["model"], cfg["sampler_dtype"] or cfg["dtype"],
+                       {**cfg["vllm"], "max_model_len": tasks.max_model_len(cfg)}])
 
 
 def finished(out_dir: str, updates: int) -> bool:

@@ -81,7 +81,7 @@ def train(cfg: dict, sampler=None) -> list:
     0) after dropping the rows logged past it, so metrics.jsonl never holds an update twice.
     """
     # ------------------------------------------------------------------ setup
-    ckpt = preflight(cfg)  # refuses bad paths and a clashing out_dir before any long work
+    ckpt = preflight(cfg, sampler)  # refuses bad input and a clashing out_dir before any long work
     torch.manual_seed(cfg["seed"])
     out_dir, N, T = cfg["out_dir"], cfg["delay"], cfg["updates"]
     offline = bool(cfg["offline_pool"]["path"])
@@ -92,9 +92,9 @@ def train(cfg: dict, sampler=None) -> list:
     tasks.prepare_model(cfg)
     model, ref_model, optimizer = learner.build_learner(cfg)
     device = next(model.parameters()).device
-    if ckpt:
-        state = RunState.from_dict(checkpoint.load_checkpoint(ckpt, model, optimizer, ref_model),
-                                   cfg["seed"], ckpt)
+    if ckpt:  # the newest checkpoint torch can read (a damaged one is set aside, with a message)
+        ckpt, saved = checkpoint.load_usable(out_dir, model, optimizer, ref_model)
+        state = RunState.from_dict(saved, cfg["seed"], ckpt)
     else:  # offline, every response of the pool was generated before the first update
         state = RunState(responses_total=cfg["offline_pool"]["batches"] * cfg["prompts_per_update"]
                          * cfg["group_size"] if offline else 0)
@@ -110,13 +110,15 @@ def train(cfg: dict, sampler=None) -> list:
     if pad_id is None:
         pad_id = sampler.tokenizer.eos_token_id
     if offline and start == 0:  # the engine holds the base model: make what the pool lacks
-        rollout.make_pool(cfg, sampler, lambda batch: learner.fresh_behavior(cfg, model, batch, pad_id))
+        with stop_on_oom(cfg, "the offline pool's generation"):
+            rollout.make_pool(cfg, sampler,
+                              lambda batch: learner.fresh_behavior(cfg, model, batch, pad_id))
 
     def save(t):
         t0 = time.perf_counter()
         path = checkpoint.save_checkpoint(out_dir, t, model, optimizer,
                                           ref_model if cfg["ref_refresh_every"] > 0 else None,
-                                          state.to_dict(cfg["seed"]))
+                                          state.to_dict(cfg["seed"]), cfg["keep_checkpoints"])
         size = sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
         tqdm.write(f"checkpoint {path}: {size / 1e6:.1f} MB in {time.perf_counter() - t0:.2f} s",
                    file=sys.stderr)
@@ -134,8 +136,9 @@ def train(cfg: dict, sampler=None) -> list:
                 logger.log(logged)
 
         if cfg["eval_every"] > 0 and start == 0:
-            log({"update": 0, "responses_total": state.responses_total,
-                 **evaluate.run_eval(cfg, sampler, 0, out_dir)})
+            with stop_on_oom(cfg, "evaluation"):
+                log({"update": 0, "responses_total": state.responses_total,
+                     **evaluate.run_eval(cfg, sampler, 0, out_dir)})
 
         # ------------------------------------------------------------------ warm-up
         # The first N batches come from the base policy. A resumed run's queue is already this
@@ -177,7 +180,7 @@ def train(cfg: dict, sampler=None) -> list:
             state.skips_in_a_row = state.skips_in_a_row + 1 if metrics["skipped"] else 0
 
             # ---------------------------------------------------------- sync
-            with learner.timed(times, "time/sync", device):
+            with learner.timed(times, "time/sync", device), stop_on_oom(cfg, "the weight push"):
                 if metrics["skipped"]:  # no step was taken: the engine already holds these weights
                     sampler.version = t
                 else:
@@ -198,7 +201,7 @@ def train(cfg: dict, sampler=None) -> list:
                    "lr": cfg["lr"],
                    "skipped_updates": state.skipped_updates, "oom_updates": state.oom_updates,
                    **metrics, **times}
-            with learner.timed(row, "time/eval"):
+            with learner.timed(row, "time/eval"), stop_on_oom(cfg, "evaluation"):
                 if cfg["eval_every"] > 0 and (t % cfg["eval_every"] == 0 or t == T):
                     row.update(evaluate.run_eval(cfg, sampler, t, out_dir))
             row["time/log"] = log_seconds
@@ -227,9 +230,11 @@ def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int,
     """Sample the next rollout batch with the engine's current weights onto the delay queue;
     returns it and its metrics (phase times, engine-vs-learner mismatch). fresh: the batch is
     trained next, with these weights, and learn(fresh=True) takes the learner's view of it."""
-    batch, times = rollout.sample_batch(cfg, sampler, state.next_batch)
+    with stop_on_oom(cfg, "generation"):
+        batch, times = rollout.sample_batch(cfg, sampler, state.next_batch)
     if not fresh:
-        with learner.timed(times, "time/behavior", next(model.parameters()).device):
+        with learner.timed(times, "time/behavior", next(model.parameters()).device), \
+                stop_on_oom(cfg, "the behavior pass"):
             times.update(learner.fresh_behavior(cfg, model, batch, pad_id))
     state.queue.append(batch)
     state.next_batch += 1
@@ -237,17 +242,67 @@ def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int,
     return batch, times
 
 
+# What to lower when memory runs out outside learn() (whose errors skip the update instead).
+# micro_batch_size, logits_chunk_mib and vllm.gpu_memory_utilization may change on resume.
+OOM_ADVICE = {
+    "generation": "lower vllm.gpu_memory_utilization (the learner's memory grew after the engine "
+                  "took its share) and continue with resume=true, or lower max_tokens in a new run",
+    "the behavior pass": "lower micro_batch_size (a multiple of group_size) or logits_chunk_mib "
+                         "and continue with resume=true",
+    "evaluation": "lower vllm.gpu_memory_utilization and continue with resume=true, or lower "
+                  "eval_max_tokens in a new run",
+    "the weight push": "lower vllm.gpu_memory_utilization and continue with resume=true",
+}
+OOM_ADVICE["the offline pool's generation"] = (OOM_ADVICE["generation"] + "; or lower "
+                                               "micro_batch_size or logits_chunk_mib")
+
+
+@contextlib.contextmanager
+def stop_on_oom(cfg: dict, phase: str):
+    """Out of memory in `phase`, where the run's state is already half-way through an update:
+    stop with one line naming the phase, the checkpoint kept and what to lower (the run resumes
+    from that checkpoint exactly as if never stopped)."""
+    try:
+        yield
+    except torch.OutOfMemoryError as e:
+        error = str(e).split("\n")[0][:200]
+        kept = checkpoint.latest_checkpoint(cfg["out_dir"]) or "none yet: resume starts at update 0"
+        raise torch.OutOfMemoryError(f"out of memory in {phase} ({error}); the run stops, its last "
+                                     f"checkpoint ({kept}) kept: {OOM_ADVICE[phase]}") from None
+
+
+class NonFiniteForward(FloatingPointError):
+    """NaN/inf log-probs from the learner's or the reference's forward pass."""
+
+
+def check_finite_forward(logp, ref_logp) -> None:
+    """Raise NonFiniteForward before a non-finite forward pass reaches the loss (whose inputs
+    check refuses NaN): learn_or_skip skips the update, as for a non-finite gradient."""
+    for name, x in (("learner", logp), ("reference", ref_logp)):
+        if x is not None and not bool(torch.isfinite(x).all()):
+            raise NonFiniteForward(f"the {name}'s forward pass gave non-finite log-probs")
+
+
 def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id: int,
                   update: int, fresh: bool = False) -> dict:
-    """learn(); an out-of-memory error in it skips the update like a non-finite loss does: the
-    batch is consumed, the weights and AdamW state stay as they were (the memory goes to the
-    forward and backward passes, which come before optimizer.step()), the memory is released,
-    and the run goes on; a streak of them stops it (see train)."""
+    """learn(); an out-of-memory error or a non-finite forward pass in it skips the update like a
+    non-finite loss does: the batch is consumed, the weights and AdamW state stay as they were
+    (both come before optimizer.step()), the memory is released, and the run goes on; a streak
+    of them stops it (see train)."""
     try:
-        return learn(cfg, model, ref_model, optimizer, batch, pad_id, fresh)
+        metrics = learn(cfg, model, ref_model, optimizer, batch, pad_id, fresh)
+        optimizer.zero_grad(set_to_none=True)  # the gradients' memory is free while the engine samples
+        return metrics
+    except NonFiniteForward as e:
+        error, oom = str(e), False
     except torch.OutOfMemoryError as e:
-        error = str(e).split("\n")[0]
+        error, oom = str(e).split("\n")[0], True
     optimizer.zero_grad(set_to_none=True)  # outside the except: its traceback held the tensors
+    if not oom:
+        tqdm.write(f"update {update}: {error}; skipped: batch consumed, weights and optimizer "
+                   f"untouched", file=sys.stderr)
+        return {"skipped": 1.0, "loss": math.nan, "k3": math.nan, "entropy": math.nan,
+                "grad_norm": math.nan}
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     lengths = [len(r.response_ids) for r in batch.rollouts]
@@ -306,6 +361,7 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
         with learner.timed(times, "time/learn", device):
             with learner.autocast(cfg):
                 logp, mask, ent = learner.response_logp(model, inputs, True, chunk, temperature)
+            check_finite_forward(logp, ref_logp)
             if fresh:
                 view = learner.ragged(logp.detach(), part)
                 learner.adopt_learner_view(cfg, part, view)
@@ -350,11 +406,13 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
     return metrics
 
 
-def preflight(cfg: dict):
+def preflight(cfg: dict, sampler=None):
     """Checks on files, run before any long work (model build, engine start).
 
-    Refuses a missing model, a benchmark or training set that cannot be loaded, an offline pool
-    of another recipe, and an out_dir that holds another run (or this run, without resume=true).
+    Refuses a missing model, a benchmark or training set that cannot be loaded, a prompt that
+    with its max tokens does not fit vllm.max_model_len (or the model, or a shared `sampler`),
+    an offline pool of another recipe, and an out_dir that holds another run (or this run,
+    without resume=true).
     Returns the checkpoint to resume from, or None.
     """
     learner.pick_device(cfg)  # a GPU that is expected but unusable: say so now, not after hours
@@ -370,6 +428,12 @@ def preflight(cfg: dict):
         tasks.check_model_hash(cfg["model"])
     if cfg["eval_every"] > 0:
         tasks.load_config_benchmarks(cfg)  # raises BenchmarkUnavailable, naming the fix
+    tasks.max_model_len(cfg)  # every prompt and its max tokens fit the engine's context, or refuse
+    need = tasks.context_need(cfg)
+    if sampler is not None and sampler.llm.model_config.max_model_len < need["need"]:
+        raise ValueError(f"the shared engine's max_model_len {sampler.llm.model_config.max_model_len}"
+                         f" is too small for this run: {need['where']} prompt {need['id']} has "
+                         f"{need['length']} tokens and needs {need['need']}")
     pool = cfg["offline_pool"]["path"]
     if pool and os.path.exists(os.path.join(pool, "recipe.json")):
         rollout.check_pool_recipe(cfg)
@@ -434,7 +498,10 @@ def main(argv: list) -> None:
     except (ValueError, TypeError, FileNotFoundError, NotImplementedError, ImportError,
             PermissionError, tasks.BenchmarkUnavailable, learner.DeviceUnavailable) as e:
         sys.exit(f"error: {e}")  # bad input: the message says what is wrong and how to fix it
-    train(cfg)
+    try:
+        train(cfg)
+    except (torch.OutOfMemoryError, FloatingPointError) as e:  # a stop that keeps a checkpoint
+        sys.exit(f"error: {e}")
     if STOP["signal"]:  # stopped early by a signal, its checkpoint written
         sys.exit(128 + STOP["signal"])
 

@@ -91,8 +91,9 @@ def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, sampler):
     train.train(toy_config(tmp_path / "ref", **TINY), sampler=sampler)
     assert_same_metrics(read_jsonl(metrics), read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
     assert read_jsonl(run_dir / "eval_records.jsonl") == read_jsonl(tmp_path / "ref" / "eval_records.jsonl")
-    assert os.listdir(run_dir / "ckpt-000010")  # the final checkpoint, the only one left
-    assert [n for n in os.listdir(run_dir) if n.startswith("ckpt-")] == ["ckpt-000010"]
+    assert os.listdir(run_dir / "ckpt-000010")  # the final checkpoint and the one before it
+    assert sorted(n for n in os.listdir(run_dir) if n.startswith("ckpt-")) == ["ckpt-000008",
+                                                                                "ckpt-000010"]
 
 
 def test_sigterm_in_process_resume_with_reference_refresh(tmp_path, sampler):
@@ -118,7 +119,8 @@ def test_sigterm_in_process_resume_with_reference_refresh(tmp_path, sampler):
     assert [r["update"] for r in rows] == [1, 2, 3]
     ckpt = checkpoint.latest_checkpoint(cfg["out_dir"])
     assert os.path.basename(ckpt) == "ckpt-000003"
-    assert sorted(os.listdir(ckpt)) == ["learner.pt", "optimizer.pt", "reference.pt", "state.pt"]
+    assert sorted(os.listdir(ckpt)) == ["learner.pt", "manifest.json", "optimizer.pt",
+                                        "reference.pt", "state.pt"]
     state = torch.load(os.path.join(ckpt, "state.pt"), weights_only=True)
     assert (state["update"], state["next_batch"], len(state["queue"])) == (3, 5, 2)
     assert [b["index"] for b in state["queue"]] == [3, 4]  # sampled during updates 2 and 3
@@ -160,8 +162,8 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     assert checkpoint.latest_checkpoint(out) == os.path.join(out, "ckpt-000001")
     assert sorted(os.listdir(out)) == ["ckpt-000001", "ckpt-000002.tmp"]
 
-    checkpoint.save_checkpoint(out, 3, model, opt, None, {"update": 3, "queue": []})
-    assert sorted(os.listdir(out)) == ["ckpt-000003"]
+    checkpoint.save_checkpoint(out, 3, model, opt, None, {"update": 3, "queue": []}, keep=2)
+    assert sorted(os.listdir(out)) == ["ckpt-000001", "ckpt-000003"]
     fresh = torch.nn.Linear(3, 2)
     fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.1)
     state = checkpoint.load_checkpoint(os.path.join(out, "ckpt-000003"), fresh, fresh_opt, None)
@@ -371,3 +373,200 @@ def test_a_gpu_that_is_expected_but_unusable_is_refused_before_any_work(tmp_path
     assert "torch.cuda.is_available() is False" in message and "set device=cpu" in message
     print(message)
     assert learner.pick_device({"device": "cpu"}) == "cpu"
+
+
+# ----------------------------------------------------------------------------- damaged checkpoints
+
+def truncate(path, keep_fraction=0.5):
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(int(size * keep_fraction))
+
+
+def test_damaged_latest_checkpoint_resumes_from_the_one_before_exactly(tmp_path, sampler, capsys):
+    """SIGTERM during update 4 (checkpoints 2 and 4 kept), then the latest's state.pt truncated:
+    resume=true says so in one line, resumes from checkpoint 2 (dropping updates 3-4 and the
+    update-3 evaluation from the logs, refilling the delay queue from its state) and ends equal
+    to the run never stopped, eval records included."""
+    kw = dict(delay=2, updates=6, lr=1e-3, ckpt_every=2, eval_every=3, eval_toy_size=8, eval_n=2)
+    calls, learn = {"n": 0}, train.learn
+
+    def learn_then_signal(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return learn(*args, **kwargs)
+
+    cfg = toy_config(tmp_path / "run", **kw)
+    train.learn = learn_then_signal
+    try:
+        train.train(cfg, sampler=sampler)
+    finally:
+        train.learn = learn
+    run = tmp_path / "run"
+    assert sorted(n for n in os.listdir(run) if n.startswith("ckpt-")) == ["ckpt-000002", "ckpt-000004"]
+    truncate(run / "ckpt-000004" / "state.pt")
+    capsys.readouterr()
+    rows = train.train({**cfg, "resume": True}, sampler=sampler)
+    err = capsys.readouterr().err
+    assert f"checkpoint {run}/ckpt-000004 is damaged (state.pt has " in err
+    assert f"its manifest says" in err and f"resuming from {run}/ckpt-000002 instead" in err
+    assert [r["update"] for r in rows] == [3, 4, 5, 6]
+    train.train(toy_config(tmp_path / "ref", **kw), sampler=sampler)
+    assert_same_metrics(read_jsonl(run / "metrics.jsonl"), read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
+    assert read_jsonl(run / "eval_records.jsonl") == read_jsonl(tmp_path / "ref" / "eval_records.jsonl")
+    # the damaged one was deleted with the next checkpoint; the last two are kept
+    assert sorted(n for n in os.listdir(run) if n.startswith("ckpt-")) == ["ckpt-000004", "ckpt-000006"]
+
+
+def test_checkpoint_damage_is_found_by_size_or_by_reading(tmp_path, capsys):
+    """A truncated file (size not the manifest's) and an unreadable one of the right size are
+    each skipped for the checkpoint before; with none usable, one line names every file."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    out = str(tmp_path)
+    weights = {}
+    for update in (1, 2, 3):
+        model(torch.ones(1, 3)).sum().backward()
+        opt.step()
+        weights[update] = model.weight.detach().clone()
+        checkpoint.save_checkpoint(out, update, model, opt, None, {"update": update}, keep=2)
+    assert sorted(os.listdir(out)) == ["ckpt-000002", "ckpt-000003"]
+    assert json.load(open(tmp_path / "ckpt-000003" / "manifest.json")) == {
+        n: os.path.getsize(tmp_path / "ckpt-000003" / n) for n in ("learner.pt", "optimizer.pt", "state.pt")}
+
+    truncate(tmp_path / "ckpt-000003" / "learner.pt")
+    assert checkpoint.usable_checkpoint(out) == os.path.join(out, "ckpt-000002")
+    assert "ckpt-000003 is damaged (learner.pt has " in capsys.readouterr().err
+    assert sorted(os.listdir(out)) == ["ckpt-000002", "ckpt-000003.damaged"]
+    checkpoint.save_checkpoint(out, 3, model, opt, None, {"update": 3}, keep=2)
+    assert sorted(os.listdir(out)) == ["ckpt-000002", "ckpt-000003"]  # the damaged one deleted
+
+    with open(tmp_path / "ckpt-000003" / "optimizer.pt", "r+b") as f:  # same size, unreadable
+        f.write(b"\0" * 64)
+    fresh = torch.nn.Linear(3, 2)
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.1)
+    path, state = checkpoint.load_usable(out, fresh, fresh_opt, None)
+    assert path == os.path.join(out, "ckpt-000002") and state == {"update": 2}
+    assert torch.equal(fresh.weight, weights[2])  # ckpt 3's learner.pt, read first, overwritten
+    assert "ckpt-000003 is damaged (optimizer.pt cannot be read: " in capsys.readouterr().err
+
+    truncate(tmp_path / "ckpt-000002" / "state.pt")
+    os.replace(tmp_path / "ckpt-000003.damaged", tmp_path / "ckpt-000003")
+    with pytest.raises(ValueError, match=r"^no usable checkpoint in .*: ckpt-000003: optimizer.pt "
+                                         r"cannot be read.*; ckpt-000002: state.pt has \d+ bytes, "
+                                         r"its manifest says \d+\. Restore one"):
+        checkpoint.load_usable(out, fresh, fresh_opt, None)
+    assert sorted(os.listdir(out)) == ["ckpt-000002", "ckpt-000003"]  # none moved
+    truncate(tmp_path / "ckpt-000003" / "learner.pt")  # sizes are checked before the model loads
+    with pytest.raises(ValueError, match="no usable checkpoint in .*: ckpt-000003: learner.pt has"):
+        checkpoint.check_out_dir(toy_config(tmp_path, resume=True))
+
+
+# ----------------------------------------------------------------------------- OOM in every phase
+
+def inject_oom(monkeypatch, owner, name, at_call):
+    """Make owner.name raise torch's OOM error on call number at_call (1-based)."""
+    real, calls = getattr(owner, name), {"n": 0}
+
+    def maybe_oom(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == at_call:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(owner, name, maybe_oom)
+    return calls
+
+
+# phase, what raises, its call number in update 2, the knob the message names
+STOPPING_PHASES = [
+    ("generation", "rollout.sample_batch", 3, "lower vllm.gpu_memory_utilization"),
+    ("the behavior pass", "learner.fresh_behavior", 3, "lower micro_batch_size"),
+    ("the weight push", "sampler.sync", 3, "lower vllm.gpu_memory_utilization"),
+    ("evaluation", "evaluate.run_eval", 2, "lower vllm.gpu_memory_utilization"),
+]
+
+
+@pytest.mark.parametrize("phase,target,at_call,knob", STOPPING_PHASES, ids=[p[0] for p in STOPPING_PHASES])
+def test_out_of_memory_outside_learn_stops_keeping_the_checkpoint(tmp_path, sampler, monkeypatch,
+                                                                  phase, target, at_call, knob):
+    """OOM in update 2's generation, behavior pass, weight push or evaluation (where the run's
+    state is half-way through the update): one line naming the phase, the checkpoint kept and
+    what to lower; nothing of update 2 is logged. After the generation case, resume=true ends
+    equal to the run never stopped."""
+    import evaluate
+    import rollout
+    owners = {"rollout": rollout, "learner": learner, "sampler": sampler, "evaluate": evaluate}
+    owner, name = target.split(".")
+    kw = dict(delay=1, updates=3, lr=1e-3, ckpt_every=1, eval_every=2, eval_toy_size=8, eval_n=2)
+    cfg = toy_config(tmp_path / "run", **kw)
+    inject_oom(monkeypatch, owners[owner], name, at_call)
+    kept = os.path.join(cfg["out_dir"], "ckpt-000001")
+    with pytest.raises(torch.OutOfMemoryError, match=rf"^out of memory in {phase} \(CUDA out of "
+                                                     rf"memory.*\); the run stops, its last checkpoint "
+                                                     rf"\({kept}\) kept: {knob}"):
+        train.train(cfg, sampler=sampler)
+    assert checkpoint.latest_checkpoint(cfg["out_dir"]) == kept
+    assert [r["update"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0, 1]
+    if phase == "generation":
+        monkeypatch.undo()
+        train.train({**cfg, "resume": True}, sampler=sampler)
+        train.train(toy_config(tmp_path / "ref", **kw), sampler=sampler)
+        assert_same_metrics(read_jsonl(tmp_path / "run" / "metrics.jsonl"),
+                            read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
+
+
+def test_out_of_memory_in_the_reference_pass_skips_the_update(tmp_path, sampler, monkeypatch):
+    """The reference's forward pass runs inside learn(), before any step: its OOM takes the
+    skip path (counted in oom_updates), and the run goes on."""
+    real, calls = learner.response_logp, {"ref": 0}
+
+    def ref_oom_on_second_update(model, *args, **kwargs):
+        if not model.training:  # the reference (eval mode, no gradients)
+            calls["ref"] += 1
+            if calls["ref"] == 3:  # update 2, first of its two micro-batches
+                raise torch.OutOfMemoryError("CUDA out of memory (reference)")
+        return real(model, *args, **kwargs)
+    monkeypatch.setattr(learner, "response_logp", ref_oom_on_second_update)
+    rows = train.train(toy_config(tmp_path, loss="ggpo", delay=1, updates=3, lr=1e-3), sampler=sampler)
+    assert [r["skipped"] for r in rows] == [0, 1, 0]
+    assert [r["oom_updates"] for r in rows] == [0, 1, 1] and math.isnan(rows[1]["loss"])
+
+
+def test_a_nonfinite_forward_pass_is_a_skipped_update(tmp_path, sampler, monkeypatch, capsys):
+    """One weight set to inf (as a bf16 overflow would) for update 2 in the learner, for update 3
+    in the reference: each update is skipped and counted in skipped_updates (not an error from
+    the loss's input check), the weights and AdamW untouched; update 4 trains."""
+    learn, calls = train.learn, {"n": 0}
+
+    def learn_with_an_inf_weight(cfg, model, ref_model, optimizer, *args):
+        calls["n"] += 1
+        poisoned = {2: model, 3: ref_model}.get(calls["n"])
+        if poisoned is None:
+            return learn(cfg, model, ref_model, optimizer, *args)
+        weight = poisoned.get_input_embeddings().weight
+        saved = weight.detach().clone()
+        before = [p.detach().clone() for p in model.parameters()]
+        with torch.no_grad():
+            weight[:, 0] = math.inf
+        try:
+            return learn(cfg, model, ref_model, optimizer, *args)
+        finally:
+            with torch.no_grad():
+                weight.copy_(saved)
+            assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+    monkeypatch.setattr(train, "learn", learn_with_an_inf_weight)
+    rows = train.train(toy_config(tmp_path, loss="ggpo", delay=0, updates=4, lr=1e-3), sampler=sampler)
+    assert [r["skipped"] for r in rows] == [0, 1, 1, 0]
+    assert [r["skipped_updates"] for r in rows] == [0, 1, 2, 2]
+    assert [r["oom_updates"] for r in rows] == [0, 0, 0, 0] and math.isfinite(rows[3]["loss"])
+    err = capsys.readouterr().err
+    assert "update 2: the learner's forward pass gave non-finite log-probs; skipped" in err
+    assert "update 3: the reference's forward pass gave non-finite log-probs; skipped" in err
+    # the loss itself still refuses NaN inputs from a direct caller
+    with pytest.raises(ValueError, match="logp holds NaN/inf"):
+        losses.compute_loss("grpo", logp=torch.full((2, 1), math.nan), behavior_logp=torch.zeros(2, 1),
+                            ref_logp=None, mask=torch.ones(2, 1), rewards=torch.tensor([0.0, 1.0]),
+                            group_size=2)
