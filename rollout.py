@@ -178,10 +178,11 @@ class TransformersSampler:
             raise FileNotFoundError(f"model path {model_path!r} does not exist: build the toy "
                                     f"model (tasks.build_base_model) or give a Hugging Face folder")
         self.model_path, self.max_model_len = model_path, max_model_len
-        self.dtype, self.device = getattr(torch, dtype), torch.device(device)
+        self.dtype = getattr(torch, dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.own = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype).to(self.device)
+        self.own = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype).to(device)
         self.own.eval().requires_grad_(False)
+        self.device = next(self.own.parameters()).device  # "cuda" resolved to "cuda:0"
         self.model = self.own
         eos = set()
         try:
