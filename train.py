@@ -339,8 +339,9 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
 def preflight(cfg: dict):
     """Checks on files, run before any long work (model build, engine start).
 
-    Refuses an unusable GPU or sampler, a missing model, a benchmark or training set that cannot be loaded, an offline pool
-    of another recipe, and an out_dir that holds another run (or this run, without resume=true).
+    Refuses an unusable GPU or sampler, a missing model, a benchmark or training set that cannot
+    be loaded, an offline pool of another recipe, and an out_dir that holds another run (or this
+    run, without resume=true).
     Returns the checkpoint to resume from, or None.
     """
     learner.pick_device(cfg)  # a GPU that is expected but unusable: say so now, not after hours
