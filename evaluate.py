@@ -5,7 +5,8 @@
     python evaluate.py --model toy_base --benchmarks toy,tests/fixtures/mini_math.jsonl \\
                        --n 4 --template plain
 
-For each problem, n responses are sampled (vLLM, rollout.Sampler) and graded (grading.grade_many);
+For each problem, n responses are sampled (the config's `sampler`: vLLM's rollout.Sampler, or
+rollout.TransformersSampler) and graded (grading.grade_many);
 c of them are correct.
 - mean@k = mean over problems of c / n: the expected accuracy of one sample, i.e. the mean
   correctness of k samples (c / n is its unbiased estimate for any k <= n).
@@ -109,7 +110,7 @@ def read_records(path: str, update=None) -> list:
 
 def check_prompt_lengths(sampler, name: str, problems: list, max_tokens: int) -> None:
     """Prompt + max_tokens must fit the engine, or long problems' answers would be cut short."""
-    limit = sampler.llm.model_config.max_model_len
+    limit = sampler.max_model_len
     lengths = [len(ids) for ids in sampler.tokenizer([p["prompt"] for p in problems])["input_ids"]]
     i = max(range(len(problems)), key=lengths.__getitem__)
     if lengths[i] + max_tokens > limit:
@@ -286,8 +287,8 @@ def main(argv: list) -> dict:
           f"max_model_len={max_len} template={cfg['prompt_template']!r}", flush=True)
     grading.start_graders(cfg["grade_workers"])  # they import Math-Verify while the engine starts
     t0 = time.perf_counter()
-    sampler = rollout.Sampler(args.model, dtype=cfg["sampler_dtype"] or cfg["dtype"], seed=cfg["seed"],
-                              **{**cfg["vllm"], "max_model_len": max_len})
+    sampler = rollout.make_sampler({**cfg, "model": args.model, "build_toy_model": False,
+                                    "vllm": {**cfg["vllm"], "max_model_len": max_len}})
     print(f"engine started in {time.perf_counter() - t0:.1f} s", flush=True)
     metrics, records = evaluate_config(cfg, sampler)
     if args.out:

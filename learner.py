@@ -122,11 +122,28 @@ def use_onednn_linears(model) -> None:
     of torch's default BLAS (MKL), the same products up to float rounding. MKL takes its AVX2
     code path on AMD processors; oneDNN uses AVX-512 wherever the processor has it: 2.2x the
     matmul throughput on the 2-core AMD EPYC (Zen 5) of our benchmarks, and what vLLM's CPU
-    backend uses for the sampler. A no-op on the GPU or where torch has no oneDNN."""
-    if next(model.parameters()).is_cpu and torch.backends.mkldnn.is_available():
+    backend uses for the sampler. A no-op on the GPU or where torch has no usable oneDNN linear
+    (onednn_linear_works: it is an x86 path, absent from e.g. macOS arm64 builds)."""
+    if next(model.parameters()).is_cpu and onednn_linear_works():
         for module in model.modules():
             if type(module) is torch.nn.Linear:
                 module.__class__ = OneDNNLinear
+
+
+_ONEDNN_LINEAR = {}  # whether it works, once found out
+
+
+def onednn_linear_works() -> bool:
+    """Whether torch.ops.mkldnn._linear_pointwise exists here and computes x W^T (tried once on a
+    small product)."""
+    if "works" not in _ONEDNN_LINEAR:
+        try:
+            x, w = torch.randn(3, 8), torch.randn(5, 8)
+            y = torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+            _ONEDNN_LINEAR["works"] = bool(torch.allclose(y, x @ w.t(), rtol=1e-4, atol=1e-5))
+        except (AttributeError, RuntimeError, NotImplementedError):
+            _ONEDNN_LINEAR["works"] = False
+    return _ONEDNN_LINEAR["works"]
 
 
 def check_output_layer(model) -> None:

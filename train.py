@@ -409,13 +409,14 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
 def preflight(cfg: dict, sampler=None):
     """Checks on files, run before any long work (model build, engine start).
 
-    Refuses a missing model, a benchmark or training set that cannot be loaded, a prompt that
-    with its max tokens does not fit vllm.max_model_len (or the model, or a shared `sampler`),
-    an offline pool of another recipe, and an out_dir that holds another run (or this run,
-    without resume=true).
+    Refuses an unusable GPU or sampler, a missing model, a benchmark or training set that cannot
+    be loaded, a prompt that with its max tokens does not fit vllm.max_model_len (or the model,
+    or a shared `sampler`), an offline pool of another recipe, and an out_dir that holds another
+    run (or this run, without resume=true).
     Returns the checkpoint to resume from, or None.
     """
     learner.pick_device(cfg)  # a GPU that is expected but unusable: say so now, not after hours
+    rollout.sampler_kind(cfg)  # sampler=vllm without vLLM: say so now
     loggers.check(cfg)
     if cfg["task"] == "math":
         tasks.train_problems(cfg)  # raises BenchmarkUnavailable, naming the two ways to supply it

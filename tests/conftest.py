@@ -1,7 +1,10 @@
-"""Shared fixtures: the shipped toy base model (toy_base/, checked by its hash) and one vLLM engine.
+"""Shared fixtures: the shipped toy base model (toy_base/, checked by its hash) and one sampler.
 
 vLLM takes seconds to start, and one process should hold one engine: every test that samples
-shares this one; train.train() pushes its own learner's weights in before sampling.
+shares this one; train.train() pushes its own learner's weights in before sampling. Where vLLM
+does not import (macOS, Windows, a GPU machine without it), `sampler` is the transformers
+sampler instead, so the loop, resume and learning tests run there too; tests of vLLM itself
+skip (sampler_of).
 """
 import os
 import sys
@@ -20,9 +23,32 @@ def toy_model():
     return TOY_MODEL
 
 
-@pytest.fixture(scope="session")
-def sampler(toy_model):
+def vllm_missing():
+    """Why vLLM does not import here, or None."""
     import rollout
+    return rollout.vllm_import_error()
+
+
+def sampler_of(kind: str, request):
+    """The session's vLLM engine (kind "vllm": the test skips where vLLM does not import) or its
+    transformers sampler (kind "transformers"), for tests parametrized over both."""
+    if kind == "vllm" and vllm_missing() is not None:
+        pytest.skip(f"needs vLLM, which does not import here ({vllm_missing()})")
+    return request.getfixturevalue("sampler" if kind == "vllm" else "transformers_sampler")
+
+
+@pytest.fixture(scope="session")
+def transformers_sampler(toy_model):
+    import rollout
+    return rollout.TransformersSampler(toy_model, dtype="float32", seed=0)
+
+
+@pytest.fixture(scope="session")
+def sampler(toy_model, request):
+    """The vLLM engine, or where vLLM does not import the transformers sampler."""
+    import rollout
+    if vllm_missing() is not None:
+        return request.getfixturevalue("transformers_sampler")
     return rollout.Sampler(toy_model, dtype="float32", seed=0)
 
 

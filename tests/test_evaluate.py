@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -50,7 +49,7 @@ class FakeSampler:
     def __init__(self, plan: dict, max_model_len: int = 64):
         self.plan = plan
         self.tokenizer = lambda prompts: {"input_ids": [[0] * len(p) for p in prompts]}
-        self.llm = SimpleNamespace(model_config=SimpleNamespace(max_model_len=max_model_len))
+        self.max_model_len = max_model_len
         self.seeds = []
 
     def sample(self, prompts, m, max_tokens, temperature=1.0, seed=None, stop=()):

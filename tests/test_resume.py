@@ -19,7 +19,7 @@ import learner
 import losses
 import tasks
 import train
-from conftest import ROOT, TOY_MODEL, toy_config
+from conftest import ROOT, TOY_MODEL, sampler_of, toy_config
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -56,13 +56,22 @@ TINY = dict(updates=10, delay=2, prompts_per_update=2, group_size=4, micro_batch
             eval_every=4, eval_toy_size=8, eval_n=2, ckpt_every=2, lr=1e-3)
 
 
-def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, sampler):
-    """SIGKILL after a checkpoint, resume in a new process (new vLLM engine), SIGTERM it (exit
+# train.py in a process where vLLM does not import: sys.modules["vllm"] = None before it runs
+WITHOUT_VLLM = ["-c", "import runpy, sys; sys.modules['vllm'] = None; sys.argv = sys.argv[1:]; "
+                      "runpy.run_path(sys.argv[0], run_name='__main__')"]
+
+
+@pytest.mark.parametrize("kind", ["vllm", "transformers"])
+def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, request, kind):
+    """SIGKILL after a checkpoint, resume in a new process (a new sampler), SIGTERM it (exit
     143 after a checkpoint), resume again: the same metrics and eval records as a run never
-    stopped, every update logged once."""
+    stopped, every update logged once. transformers: the two processes run without vLLM
+    (sampler=auto falls back, saying so), the rest in this one with the transformers sampler."""
+    sampler = sampler_of(kind, request)
     run_dir = tmp_path / "run"
-    argv = [sys.executable, os.path.join(ROOT, "train.py"), os.path.join(ROOT, "configs", "toy.yaml"),
-            f"out_dir={run_dir}", f"model={TOY_MODEL}"] + [f"{k}={v}" for k, v in TINY.items()]
+    python = [sys.executable] + (WITHOUT_VLLM if kind == "transformers" else [])
+    argv = python + [os.path.join(ROOT, "train.py"), os.path.join(ROOT, "configs", "toy.yaml"),
+                     f"out_dir={run_dir}", f"model={TOY_MODEL}"] + [f"{k}={v}" for k, v in TINY.items()]
     def start(extra, log):  # stderr to a file, not a pipe: a full pipe would block the trainer
         return subprocess.Popen(argv + extra, cwd=ROOT, stdout=subprocess.DEVNULL,
                                 stderr=open(tmp_path / log, "w"))
@@ -73,6 +82,9 @@ def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, sampler):
     first.wait()
     killed_at = checkpoint.ckpt_update(checkpoint.latest_checkpoint(str(run_dir)))
     assert killed_at < TINY["updates"]
+    if kind == "transformers":
+        assert "sampler=auto: vLLM does not import (ModuleNotFoundError: import of vllm halted" \
+            in open(tmp_path / "first.log").read()
 
     second = start(["resume=true"], "second.log")
     metrics = run_dir / "metrics.jsonl"
@@ -85,8 +97,8 @@ def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, sampler):
     assert killed_at < stopped_at < TINY["updates"]
     assert read_jsonl(metrics)[-1]["update"] == stopped_at  # the checkpoint is the last update
 
-    cfg = toy_config(run_dir, **TINY)
-    rows = train.train({**cfg, "resume": True}, sampler=sampler)  # the shared engine, a third one
+    cfg = toy_config(run_dir, **TINY)  # sampler=auto, as the run's; the sampler is given here
+    rows = train.train({**cfg, "resume": True}, sampler=sampler)  # the shared sampler, a third one
     assert rows[0]["update"] == stopped_at + 1
     train.train(toy_config(tmp_path / "ref", **TINY), sampler=sampler)
     assert_same_metrics(read_jsonl(metrics), read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
