@@ -431,8 +431,8 @@ def preflight(cfg: dict, sampler=None):
         tasks.load_config_benchmarks(cfg)  # raises BenchmarkUnavailable, naming the fix
     tasks.max_model_len(cfg)  # every prompt and its max tokens fit the engine's context, or refuse
     need = tasks.context_need(cfg)
-    if sampler is not None and sampler.llm.model_config.max_model_len < need["need"]:
-        raise ValueError(f"the shared engine's max_model_len {sampler.llm.model_config.max_model_len}"
+    if sampler is not None and sampler.max_model_len < need["need"]:
+        raise ValueError(f"the shared engine's max_model_len {sampler.max_model_len}"
                          f" is too small for this run: {need['where']} prompt {need['id']} has "
                          f"{need['length']} tokens and needs {need['need']}")
     pool = cfg["offline_pool"]["path"]
