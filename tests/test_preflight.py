@@ -13,7 +13,7 @@ import learner
 import rollout
 import tasks
 import train
-from conftest import ROOT, TOY_MODEL, toy_config
+from conftest import ROOT, TOY_MODEL, sampler_of, toy_config
 
 MINI_MATH = os.path.join(ROOT, "tests", "fixtures", "mini_math.jsonl")
 
@@ -100,7 +100,7 @@ def test_the_context_is_fixed_on_resume_and_the_memory_share_is_not(tmp_path):
 
 
 def test_a_shared_engine_too_small_for_a_run_is_refused(tmp_path, sampler, no_model_load):
-    assert sampler.llm.model_config.max_model_len == 64
+    assert sampler.max_model_len == 64  # either sampler (the transformers one caps at it too)
     cfg = toy_config(tmp_path, model=toy_with_context(tmp_path, 128), build_toy_model=False,
                      max_tokens=60)
     with pytest.raises(ValueError, match=r"shared engine's max_model_len 64 is too small for this "
@@ -124,11 +124,16 @@ def test_the_engine_is_always_in_process(monkeypatch, capsys, value):
                    "environment is set to 0: this code pushes weights into the engine in its own process\n")
 
 
-def test_cpu_engine_has_no_prefix_caching_and_cpu_learner_packs(sampler):
-    """On this CPU: prefix caching off (toy prompts share nothing worth caching), packing allowed;
-    on CUDA the learner never packs (per-sequence masks rule out the flash kernel)."""
+def test_cpu_engine_has_no_prefix_caching(request):
+    """On this CPU prefix caching is off: toy prompts share nothing worth caching."""
     assert not torch.cuda.is_available()
+    sampler = sampler_of("vllm", request)  # (skips where vLLM does not import)
     assert sampler.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching is False
+
+
+def test_cpu_learner_packs_and_a_gpu_learner_does_not():
+    """Packing allowed on the CPU; on CUDA the learner never packs (per-sequence masks rule out
+    the flash kernel)."""
     model = learner.load_learner({"model": TOY_MODEL, "dtype": "float32", "gradient_checkpointing": False,
                                   "cpu_matmul": "torch", "device": "cpu"})
     rollouts = [rollout.Rollout(0, [5, 6], [7] * n, "", [], 0, True) for n in (30, 2, 2, 2)]
