@@ -105,8 +105,9 @@ def toy_train_key(seed: int, index: int) -> str:
 def toy_benchmark(size: int = 200, digit_weights: dict = None) -> list:
     """The toy eval set: `size` distinct sums drawn by the TOY_EVAL_KEY stream."""
     rng, problems, seen = random.Random(TOY_EVAL_KEY), [], set()
-    digits = list(digit_weights or TOY_DIGITS)
-    weights = [(digit_weights or TOY_DIGITS)[d] for d in digits]
+    digit_weights = digit_weights or TOY_DIGITS
+    digits = list(digit_weights)
+    weights = [digit_weights[d] for d in digits]
     if size > sum(81 * 10 ** (2 * d - 2) if d > 1 else 100 for d in digits):
         raise ValueError(f"eval_toy_size {size} is more than the distinct sums of {digits} digits")
     while len(problems) < size:
