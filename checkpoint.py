@@ -89,18 +89,29 @@ def usable_checkpoint(out_dir: str):
     """The newest checkpoint of out_dir whose files have their manifest's sizes, or None when
     out_dir holds none. Damaged newer ones are set aside, each with a one-line message; when
     every checkpoint is damaged, a one-line ValueError names them (none is moved)."""
-    found = checkpoints(out_dir)
-    reasons = []
+    return _newest_usable(out_dir, lambda path: None)[0]
+
+
+def _newest_usable(out_dir: str, use) -> tuple:
+    """(path, use(path)) for the newest checkpoint of out_dir that has its manifest's sizes and
+    for which use(path) raises no CheckpointDamaged; the damaged newer ones are set aside.
+    (None, None) when out_dir holds none; a ValueError naming them all when none is usable."""
+    found, reasons = checkpoints(out_dir), []
     for path in found:
         why = damage(path)
         if why is None:
+            try:
+                result = use(path)
+            except CheckpointDamaged as e:
+                why = str(e)
+        if why is None:
             for bad, bad_why in reasons:
                 set_aside(bad, bad_why, path)
-            return path
+            return path, result
         reasons.append((path, why))
     if found:
         raise no_usable_checkpoint(out_dir, reasons)
-    return None
+    return None, None
 
 
 def no_usable_checkpoint(out_dir: str, reasons: list) -> ValueError:
@@ -178,20 +189,10 @@ def load_usable(out_dir: str, model, optimizer, ref_model) -> tuple:
     the optimizer: one with a file of the wrong size or that torch cannot read is set aside for
     the one before it (which overwrites every tensor the damaged one loaded). With none usable,
     a one-line ValueError names them all (none is moved)."""
-    reasons = []
-    for path in checkpoints(out_dir):
-        why = damage(path)
-        if why is None:
-            try:
-                state = load_checkpoint(path, model, optimizer, ref_model)
-            except CheckpointDamaged as e:
-                why = str(e)
-        if why is None:
-            for bad, bad_why in reasons:
-                set_aside(bad, bad_why, path)
-            return path, state
-        reasons.append((path, why))
-    raise no_usable_checkpoint(out_dir, reasons)
+    path, state = _newest_usable(out_dir, lambda p: load_checkpoint(p, model, optimizer, ref_model))
+    if path is None:
+        raise no_usable_checkpoint(out_dir, [])
+    return path, state
 
 
 def rng_state() -> dict:
