@@ -68,17 +68,18 @@ class Objective:
     label: str            # name in figures and tables
     batch_stats: Callable = None  # (logp, behavior_logp, mask, hp) -> {key: float} of the whole
                                   #   rollout batch, merged into hp (m2po, gspo); None: none needed
+    stats_read_logp: bool = True  # batch_stats reads the log-probs (m2po), not just the mask (gspo)
 
 
 LOSSES = {}  # name -> Objective, in registration order (the order of every figure's legend)
 
 
-def register(name, *, needs_ref, label, batch_stats=None):
+def register(name, *, needs_ref, label, batch_stats=None, stats_read_logp=True):
     """Register the decorated function as objective ``name`` (the config's ``loss``)."""
     def add(fn):
         if name in LOSSES:
             raise ValueError(f"objective {name!r} is registered twice")
-        LOSSES[name] = Objective(fn, needs_ref, label, batch_stats)
+        LOSSES[name] = Objective(fn, needs_ref, label, batch_stats, stats_read_logp)
         return fn
     return add
 
@@ -94,6 +95,14 @@ def needs_batch_stats(name):
     a trainer that splits the batch into micro-batches computes them first (batch_stats)."""
     _check_name(name)
     return LOSSES[name].batch_stats is not None
+
+
+def batch_stats_read_logp(name):
+    """True when objective ``name``'s batch statistics read log-probs (m2po's cutoff), so the
+    trainer needs a no-grad pass over the batch first; False when the mask alone gives them
+    (gspo's mean length), and the trainer passes logp=None, behavior_logp=None."""
+    _check_name(name)
+    return LOSSES[name].stats_read_logp
 
 
 def _grpo_advantages(rewards, m):
@@ -316,7 +325,7 @@ def _gspo_stats(logp, behavior_logp, mask, hp):
     return {"gspo_len_mean": float(mask.sum() / mask.size(0))}
 
 
-@register("gspo", needs_ref=False, label="GSPO", batch_stats=_gspo_stats)
+@register("gspo", needs_ref=False, label="GSPO", batch_stats=_gspo_stats, stats_read_logp=False)
 def gspo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GSPO (Zheng et al., 2025) against the sampler (verl's bypass mode: old = rollout
     log-probs), in GSPO-token form:
@@ -558,15 +567,20 @@ def batch_stats(name, *, logp, behavior_logp, mask, **hparams):
     m2po's cutoff ``m2_cutoff`` and gspo's mean response length ``gspo_len_mean``, as floats.
     A trainer that splits the batch into micro-batches computes them once from the whole
     batch's log-probs (no gradient needed) and passes them to every compute_loss call, so the
-    micro-batches give the update of one full batch."""
+    micro-batches give the update of one full batch. Where they need the mask alone
+    (``batch_stats_read_logp``), logp and behavior_logp may be None."""
     _check_name(name)
     hp = check_hparams(name, hparams)
     fn = LOSSES[name].batch_stats
     if fn is None:
         return {}
-    if logp.dim() != 2 or behavior_logp.shape != logp.shape or mask.shape != logp.shape:
-        raise ValueError(f"batch_stats needs logp, behavior_logp and mask of one [B, T] shape, got "
-                         f"{tuple(logp.shape)}, {tuple(behavior_logp.shape)}, {tuple(mask.shape)}")
+    if logp is None and behavior_logp is None and not LOSSES[name].stats_read_logp:
+        return fn(None, None, mask.bool().to(torch.promote_types(mask.dtype, torch.float32)), hp)
+    if (logp is None or behavior_logp is None or logp.dim() != 2
+            or behavior_logp.shape != logp.shape or mask.shape != logp.shape):
+        shape = lambda x: None if x is None else tuple(x.shape)
+        raise ValueError(f"batch_stats of {name} needs logp, behavior_logp and mask of one [B, T] "
+                         f"shape, got {shape(logp)}, {shape(behavior_logp)}, {shape(mask)}")
     lp, blp, _, mb, dt = _clean_inputs(logp.detach(), behavior_logp, None, mask)
     return fn(lp, blp, mb.to(dt), hp)
 

@@ -10,6 +10,7 @@
     python plot.py fig9  runs/fig8_toy  --out fig9_toy.png    # ESS of GGPO's weights on successes
     python plot.py fig10 runs/fig10_toy --out fig10_toy.png   # GGPO: original vs detached update
     python plot.py leaderboard runs/leaderboard_toy --out leaderboard_toy.png  # every objective vs N
+    python plot.py numerics runs/numerics_toy --out numerics_toy.png  # engine vs learner precision
 
 A run folder holds config.yaml and metrics.jsonl (train.py writes them; sweep.py lays folders out
 as <loss>_N<delay>_s<seed>[_<key>-<value>...]). Runs that differ only in seed are averaged;
@@ -483,8 +484,44 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
                            f"min-max); diagnostics over the last 10% of updates", lines)
 
 
+def numerics(root: str, out: str, window: int = 5, **_) -> None:
+    """Engine-vs-learner precision (configs/sweep_numerics_toy.yaml): per run, K3 on the trained
+    batch over updates 1-10 and 31-60 (x1e-3), and the engine-vs-learner mismatch of each fresh
+    batch, engine_k3 (x1e-3) and engine_logp_diff_max, each averaged over all updates; the figure
+    is K3 against updates, one panel per N."""
+    runs = sorted(load_runs(root), key=lambda r: (r["delay"], r["cfg"]["sampler_dtype"] or "",
+                                                  r["cfg"]["autocast"] or "", r["cfg"]["behavior_logp"]))
+    delays = sorted({r["delay"] for r in runs})
+    fig, axes = plt.subplots(1, len(delays), figsize=(5.5 * len(delays), 4), squeeze=False)
+    lines = ["| N | vLLM | learner | behavior_logp | k3 x1e-3, updates 1-10 | k3 x1e-3, 31-60 | "
+             "engine_k3 x1e-3 | engine_logp_diff_max |", "| --- |" + " --- |" * 7]
+
+    def average(run, key, first=1, last=None):
+        return mean([row[key] for row in run["rows"] if key in row
+                     and first <= row["update"] <= (last or row["update"])])
+
+    for r in runs:
+        cfg = r["cfg"]
+        engine = cfg["sampler_dtype"] or cfg["dtype"]
+        learner_dtype = f"{cfg['autocast']} autocast" if cfg["autocast"] else cfg["dtype"]
+        lines.append(f"| {r['delay']} | {engine} | {learner_dtype} | {cfg['behavior_logp']} | "
+                     f"{1e3 * average(r, 'k3', 1, 10):.3g} | {1e3 * average(r, 'k3', 31, 60):.3g} | "
+                     f"{1e3 * average(r, 'engine_k3'):.3g} | {average(r, 'engine_logp_diff_max'):.3g} |")
+        xs, ys = series(r["rows"], "k3")
+        axes[0][delays.index(r["delay"])].plot(
+            xs, [1e3 * y for y in smooth(ys, window)], linestyle="--" if cfg["behavior_logp"] == "learner" else "-",
+            label=f"vLLM {engine}, learner {learner_dtype}, behavior {cfg['behavior_logp']}")
+    for ax, delay in zip(axes[0], delays):
+        ax.set_title(f"N = {delay}")
+        ax.set_xlabel("update")
+        ax.set_ylabel("K3 on the trained batch (x1e-3)")
+    finish(fig, axes[0], out, "Engine and learner numerics: K3 and the engine-vs-learner mismatch "
+                              f"({seeds_note(runs)})", lines)
+
+
 FIGURES = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7,
-           "fig8": fig8, "fig9": fig9, "fig10": fig10, "leaderboard": leaderboard}
+           "fig8": fig8, "fig9": fig9, "fig10": fig10, "leaderboard": leaderboard,
+           "numerics": numerics}
 
 
 def main(argv=None) -> None:

@@ -340,13 +340,16 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
     stats = None  # an objective that reads the whole batch (m2po's cutoff) gets it once, first
     if losses.needs_batch_stats(cfg["loss"]) and len(batch.rollouts) > mb:
         with learner.timed(times, "time/batch_stats", device):
-            view = learner.rollout_logp(cfg, model, batch.rollouts, pad_id)  # no gradient
-            own = fresh and cfg["behavior_logp"] == "learner"  # adopted below: behavior = view
-            T = max(len(lp) for lp in view)
+            logp_view = behavior_view = None  # gspo's mean length needs no forward pass
+            if losses.batch_stats_read_logp(cfg["loss"]):
+                logp_view = learner.rollout_logp(cfg, model, batch.rollouts, pad_id)  # no gradient
+                own = fresh and cfg["behavior_logp"] == "learner"  # adopted below: behavior = view
+                behavior_view = logp_view if own else engine_logp
+            T = max(len(r.response_ids) for r in batch.rollouts)
+            pad = lambda rows: None if rows is None else learner.padded(rows, T, device)
             stats = losses.batch_stats(
-                cfg["loss"], logp=learner.padded(view, T, device),
-                behavior_logp=learner.padded(view if own else engine_logp, T, device),
-                mask=learner.padded([[1.0] * len(lp) for lp in view], T, device), **cfg["loss_args"])
+                cfg["loss"], logp=pad(logp_view), behavior_logp=pad(behavior_view),
+                mask=pad([[1.0] * len(r.response_ids) for r in batch.rollouts]), **cfg["loss_args"])
     optimizer.zero_grad(set_to_none=True)
     for start in range(0, len(batch.rollouts), mb):
         part = batch.rollouts[start:start + mb]

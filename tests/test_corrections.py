@@ -190,6 +190,11 @@ def test_batch_statistics_make_micro_batches_add_up_to_the_full_batch(name):
             assert (x.grad - full).abs().max() > 1e-3 * full.abs().max()
     assert losses.batch_stats("grpo", logp=logp, behavior_logp=b, mask=mask) == {}
     assert losses.needs_batch_stats(name) and not losses.needs_batch_stats("grpo_mis")
+    if not losses.batch_stats_read_logp(name):  # the mask alone gives them
+        assert losses.batch_stats(name, logp=None, behavior_logp=None, mask=mask) == stats
+    else:
+        with pytest.raises(ValueError, match="needs logp, behavior_logp and mask"):
+            losses.batch_stats(name, logp=None, behavior_logp=None, mask=mask)
 
 
 def test_is_health_by_hand():
@@ -291,6 +296,8 @@ def test_learn_in_micro_batches_gives_the_one_batch_update(tmp_path, toy_model, 
         with monkeypatch.context() as patch:
             if not batch_stats:
                 patch.setattr(losses, "needs_batch_stats", lambda name: False)
+            if not losses.batch_stats_read_logp(name):  # gspo's mean length: no forward pass
+                patch.setattr(learner, "rollout_logp", lambda *a: pytest.fail("a forward pass for gspo"))
             metrics = train.learn(c, model, ref, opt, rollout.RolloutBatch(0, copy.deepcopy(rollouts), rewards), 0)
         return torch.cat([p.grad.flatten() for p in model.parameters()]), metrics
 

@@ -132,3 +132,20 @@ def test_leaderboard_and_fig7_fig10_without_clip_frac(tmp_path):
     plot.main(["fig10", str(tmp_path / "fig10"), "--out", str(tmp_path / "fig10.png")])
     assert "| original | 0.155 | 0.2 | 30.0 | no clip |" in _table(str(tmp_path / "fig10.png"))
     assert "| detached | 0.155 | 0.2 | 30.0 | 5.0 |" in _table(str(tmp_path / "fig10.png"))
+
+
+def test_numerics_table(tmp_path):
+    """Two settings of configs/sweep_numerics_toy.yaml: k3 over updates 1-10 and 31-60, engine_k3
+    and engine_logp_diff_max averaged over all updates, one row per run, ordered by N."""
+    runs = tmp_path / "runs"
+    _run(runs, 0.3, "grpo", 8, 0, updates=60, name="grpo_N8_s0_bl-engine",
+         logged={"engine_k3": 2e-4, "engine_logp_diff_max": 0.3})
+    _run(runs, 0.3, "grpo", 0, 0, updates=60, name="grpo_N0_s0_bl-learner_sd-bfloat16", k3=0.0,
+         logged={"engine_k3": 1e-4, "engine_logp_diff_max": 0.25}, behavior_logp="learner",
+         sampler_dtype="bfloat16")
+    out = str(tmp_path / "numerics.png")
+    plot.main(["numerics", str(runs), "--out", out])
+    rows = [l for l in _table(out).splitlines() if l.startswith("| 0") or l.startswith("| 8")]
+    # k3 = 0.001 t: mean over t = 1..10 is 5.5e-3, over 31..60 45.5e-3
+    assert rows == ["| 0 | bfloat16 | float32 | learner | 0 | 0 | 0.1 | 0.25 |",
+                    "| 8 | float32 | float32 | engine | 5.5 | 45.5 | 0.2 | 0.3 |"]
