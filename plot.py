@@ -484,7 +484,7 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
                            f"min-max); diagnostics over the last 10% of updates", lines)
 
 
-def numerics(root: str, out: str, window: int = 5, **_) -> None:
+def numerics(root: str, out: str, window: int = 20, **_) -> None:
     """Engine-vs-learner precision (configs/sweep_numerics_toy.yaml): per run, K3 on the trained
     batch over updates 1-10 and 31-60 (x1e-3), and the engine-vs-learner mismatch of each fresh
     batch, engine_k3 (x1e-3) and engine_logp_diff_max, each averaged over all updates; the figure
