@@ -16,7 +16,8 @@ def _run(root, final, loss="grpo", delay=0, seed=0, updates=10, name=None, k3=0.
     """A run folder as train.py writes it: config.yaml, and metrics.jsonl whose eval rows (update
     0 and the last) hold the difficulty split; k3 = k3 * update, reward = 0.1 + 0.01 * update;
     `logged`: more per-update metrics (their values), replacing clip_frac."""
-    run_cfg = config.load_config(None, [f"loss={loss}", f"delay={delay}", f"seed={seed}"])
+    run_cfg = config.load_config(None, [f"loss={loss}", f"delay={delay}", f"seed={seed}",
+                                        f"updates={updates}"])
     for key, value in cfg.items():
         section, _, sub = key.partition(".")
         if sub:
@@ -149,3 +150,17 @@ def test_numerics_table(tmp_path):
     # k3 = 0.001 t: mean over t = 1..10 is 5.5e-3, over 31..60 45.5e-3
     assert rows == ["| 0 | bfloat16 | float32 | learner | 0 | 0 | 0.1 | 0.25 |",
                     "| 8 | float32 | float32 | engine | 5.5 | 45.5 | 0.2 | 0.3 |"]
+
+
+def test_unfinished_runs_are_named(tmp_path, capsys):
+    """A stopped sweep's unfinished run is drawn with its latest evaluation as its final one, so
+    plot.py names it (and only it) on stderr."""
+    runs = tmp_path / "runs"
+    _run(runs, 0.5, "grpo", 0, 0)
+    _run(runs, 0.4, "grpo", 0, 1, updates=4, name="grpo_N0_s1")
+    config_path = runs / "grpo_N0_s1" / "config.yaml"
+    config_path.write_text(config_path.read_text().replace("updates: 4", "updates: 10"))
+    plot.main(["fig3", str(runs), "--out", str(tmp_path / "fig3.png")])
+    err = capsys.readouterr().err
+    assert "1 of 2 runs" in err and "grpo_N0_s1 (update 4 of 10)" in err
+    assert "grpo_N0_s0" not in err
