@@ -158,8 +158,8 @@ def test_unfinished_runs_are_named(tmp_path, capsys):
     runs = tmp_path / "runs"
     _run(runs, 0.5, "grpo", 0, 0)
     _run(runs, 0.4, "grpo", 0, 1, updates=4, name="grpo_N0_s1")
-    config_path = runs / "grpo_N0_s1" / "config.yaml"
-    config_path.write_text(config_path.read_text().replace("updates: 4", "updates: 10"))
+    config_path = runs / "grpo_N0_s1" / "config.yaml"  # 4 updates logged of 10 configured
+    config_path.write_text(yaml.safe_dump({**yaml.safe_load(config_path.read_text()), "updates": 10}))
     plot.main(["fig3", str(runs), "--out", str(tmp_path / "fig3.png")])
     err = capsys.readouterr().err
     assert "1 of 2 runs" in err and "grpo_N0_s1 (update 4 of 10)" in err
