@@ -62,9 +62,11 @@ def load_runs(root: str) -> list:
     if not runs:
         raise FileNotFoundError(f"no run folders (config.yaml + metrics.jsonl) in {root}")
     # A stopped sweep leaves runs whose "final" numbers are only their latest: say which.
-    last = {r["name"]: max((row.get("update", 0) for row in r["rows"]), default=0) for r in runs}
-    unfinished = [f"{r['name']} (update {last[r['name']]} of {r['cfg']['updates']})" for r in runs
-                  if last[r["name"]] < r["cfg"]["updates"]]
+    unfinished = []
+    for r in runs:
+        last = max((row.get("update", 0) for row in r["rows"]), default=0)
+        if last < r["cfg"]["updates"]:
+            unfinished.append(f"{r['name']} (update {last} of {r['cfg']['updates']})")
     if unfinished:
         print(f"plot.py: {len(unfinished)} of {len(runs)} runs in {root} are unfinished, so their "
               f"final values are their latest: {', '.join(unfinished)}", file=sys.stderr)
