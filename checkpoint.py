@@ -17,14 +17,21 @@ ckpt-XXXXXX is always complete when written; the last `keep_checkpoints` are kep
 deleted only after the rename. Damage after the write (a full disk, a copy gone wrong) is found
 when resuming: a file whose size is not the manifest's, or that torch cannot read, makes the
 checkpoint unusable, and the run resumes from the previous one (usable_checkpoint, load_usable).
+
+How a run stops and keeps its last checkpoint: a signal (stop_on_signals: the update finishes,
+a checkpoint is written), out of memory outside learn() (stop_on_oom, naming the knob to lower),
+and max_consecutive_skips skipped updates in a row (diverged).
 """
+import contextlib
 import json
 import math
 import os
 import random
 import re
 import shutil
+import signal
 import sys
+import threading
 
 import torch
 import yaml
@@ -275,3 +282,81 @@ def check_out_dir(cfg: dict):
         raise ValueError(f"the checkpoint {ckpt} is past updates={cfg['updates']}; pass "
                          f"updates={ckpt_update(ckpt)} or more to resume it")
     return ckpt
+
+
+# What to lower when memory runs out outside learn() (whose errors skip the update instead).
+# micro_batch_size, logits_chunk_mib and vllm.gpu_memory_utilization may change on resume.
+OOM_ADVICE = {
+    "generation": "lower vllm.gpu_memory_utilization (the learner's memory grew after the engine "
+                  "took its share) and continue with resume=true, or lower max_tokens in a new run",
+    "the behavior pass": "lower micro_batch_size (a multiple of group_size) or logits_chunk_mib "
+                         "and continue with resume=true",
+    "evaluation": "lower vllm.gpu_memory_utilization and continue with resume=true, or lower "
+                  "eval_max_tokens in a new run",
+    "the weight push": "lower vllm.gpu_memory_utilization and continue with resume=true",
+}
+OOM_ADVICE["the offline pool's generation"] = (OOM_ADVICE["generation"] + "; or lower "
+                                               "micro_batch_size or logits_chunk_mib")
+
+
+@contextlib.contextmanager
+def stop_on_oom(cfg: dict, phase: str):
+    """Out of memory in `phase`, where the run's state is already half-way through an update:
+    stop with one line naming the phase, the checkpoint kept and what to lower (the run resumes
+    from that checkpoint exactly as if never stopped)."""
+    try:
+        yield
+    except torch.OutOfMemoryError as e:
+        error = str(e).split("\n")[0][:200]
+        kept = latest_checkpoint(cfg["out_dir"]) or "none yet: resume starts at update 0"
+        raise torch.OutOfMemoryError(f"out of memory in {phase} ({error}); the run stops, its last "
+                                     f"checkpoint ({kept}) kept: {OOM_ADVICE[phase]}") from None
+
+
+def diverged(cfg: dict, state: "train.RunState", oom: bool, out_dir: str) -> Exception:
+    """The error that stops a run after max_consecutive_skips skipped updates in a row."""
+    t, kept = state.update, latest_checkpoint(out_dir) or "none"
+    if oom:
+        return torch.OutOfMemoryError(
+            f"updates {t - state.skips_in_a_row + 1}..{t} were all skipped, the last for running "
+            f"out of memory in learn(). The last checkpoint, {kept}, is kept: lower "
+            f"micro_batch_size (a multiple of group_size) or logits_chunk_mib, or set "
+            f"gradient_checkpointing=true, then continue with resume=true (these keys may change "
+            f"on resume); or lower max_tokens in a new run")
+    return FloatingPointError(
+        f"updates {t - state.skips_in_a_row + 1}..{t} all had a non-finite loss or gradient "
+        f"(max_consecutive_skips={cfg['max_consecutive_skips']}): the run has diverged. No "
+        f"optimizer step used them; the last checkpoint, {kept}, is kept. Lower lr (or check "
+        f"loss_args) and start a new run")
+
+
+# The first SIGINT/SIGTERM/SIGUSR2 sets STOP["signal"]: the run finishes its update, writes a
+# checkpoint and train.train() returns; train.main() then exits with 128 + signal (130 SIGINT,
+# 143 SIGTERM).
+STOP = {"signal": None}
+
+
+def on_signal(signum, frame) -> None:
+    if STOP["signal"] is not None:  # a second signal aborts now; the last checkpoint stays valid
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    STOP["signal"] = signum
+    print(f"\n{signal.Signals(signum).name}: finishing this update, then checkpoint and exit "
+          f"(send it again to abort at once)", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """SIGINT/SIGTERM/SIGUSR2 (SLURM's warning before a time limit) set STOP["signal"] inside the
+    block (Python's signals need the main thread)."""
+    STOP["signal"] = None
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {sig: signal.signal(sig, on_signal)
+                    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)

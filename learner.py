@@ -441,3 +441,15 @@ def timed(times: dict, key: str, device=None):
     t0 = clock(device)
     yield
     times[key] = times.get(key, 0.0) + clock(device) - t0
+
+
+class NonFiniteForward(FloatingPointError):
+    """NaN/inf log-probs from the learner's or the reference's forward pass."""
+
+
+def check_finite_forward(logp, ref_logp) -> None:
+    """Raise NonFiniteForward before a non-finite forward pass reaches the loss (whose inputs
+    check refuses NaN): train.learn_or_skip skips the update, as for a non-finite gradient."""
+    for name, x in (("learner", logp), ("reference", ref_logp)):
+        if x is not None and not bool(torch.isfinite(x).all()):
+            raise NonFiniteForward(f"the {name}'s forward pass gave non-finite log-probs")

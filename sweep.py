@@ -40,6 +40,7 @@ import sys
 
 import yaml
 
+import checkpoint
 import config
 import rollout
 import tasks
@@ -117,16 +118,17 @@ class TrainJob:
     def __call__(self, config_path: str, overrides: list) -> str:
         os.chdir(self.workdir)
         sys.path.insert(0, HERE)
+        import checkpoint as checkpoint_lib
         import config as config_lib
         import train as train_lib
         cfg = config_lib.load_config(config_path, list(overrides) + ["resume=true"])
         train_lib.train(cfg)
-        if train_lib.STOP["signal"] == signal.SIGUSR2:  # checkpointed: now let submitit requeue
+        if checkpoint_lib.STOP["signal"] == signal.SIGUSR2:  # checkpointed: now let submitit requeue
             requeue = signal.getsignal(signal.SIGUSR2)  # submitit's, restored by train()
             if callable(requeue):
                 requeue(signal.SIGUSR2, None)
-        elif train_lib.STOP["signal"]:
-            raise RuntimeError(f"{cfg['out_dir']} stopped by {signal.Signals(train_lib.STOP['signal']).name}"
+        elif checkpoint_lib.STOP["signal"]:
+            raise RuntimeError(f"{cfg['out_dir']} stopped by {signal.Signals(checkpoint_lib.STOP['signal']).name}"
                                f" after a checkpoint: run sweep.py again to resubmit it")
         return cfg["out_dir"]
 
@@ -217,8 +219,8 @@ def main(argv=None) -> None:
             gc.collect()
             sampler, engine = rollout.make_sampler(cfg), engine_key(cfg)
         train.train({**cfg, "resume": True}, sampler=sampler)  # an unfinished run continues
-        if train.STOP["signal"]:  # SIGINT/SIGTERM: this run checkpointed; rerun to continue
-            sys.exit(128 + train.STOP["signal"])
+        if checkpoint.STOP["signal"]:  # SIGINT/SIGTERM: this run checkpointed; rerun to continue
+            sys.exit(128 + checkpoint.STOP["signal"])
 
 
 if __name__ == "__main__":

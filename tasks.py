@@ -486,7 +486,7 @@ def build_base_model(path: str, model: dict = None, warmup: dict = None, log=pri
 
 
 def prepare_model(cfg: dict) -> None:
-    """Build the toy base model if the config asks for it (train.preflight refuses a missing path)."""
+    """Build the toy base model if the config asks for it (rollout.preflight refuses a missing path)."""
     if cfg["task"] == "toy" and cfg["build_toy_model"]:
         build_base_model(cfg["model"])
 

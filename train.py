@@ -2,13 +2,19 @@
 
     python train.py configs/toy.yaml [key=value ...]      (dotted keys for nested values)
 
-One process alternates vLLM sampling (rollout.py) and plain PyTorch updates (model.py, losses.py).
-A FIFO queue of rollout batches, N = `delay` deep, makes the batch trained at update t the one
-sampled by the policy of N updates earlier. Policy version v = optimizer updates applied so far
-(base model: v = 0); the update v -> v+1 trains on a batch sampled by version max(0, v - N).
+One process alternates sampling (rollout.py: the vLLM engine, or transformers where vLLM is
+absent) and plain PyTorch updates (learner.py, losses.py). A FIFO queue of rollout batches,
+N = `delay` deep, makes the batch trained at update t the one sampled by the policy of N updates
+earlier. Policy version v = optimizer updates applied so far (base model: v = 0); the update
+v -> v+1 trains on a batch sampled by version max(0, v - N).
 Offline (offline_pool.path set, N = 0): no sampling during training; update t trains on one batch
 of a fixed pool that the base model sampled once (rollout.make_pool), so its staleness is t - 1.
 DESIGN.md states the schedule, the objectives and the diagnostics in full.
+
+This file is the loop (train), one update (learn; learn_or_skip skips it on a non-finite forward
+pass or out of memory) and what a checkpoint carries (RunState). The checks before any long
+work are rollout.preflight; how a run stops keeping its last checkpoint (signals, out of memory
+outside learn(), divergence) is in checkpoint.py.
 
 What is simplified: one process and one device; the sampler and the learner take turns (no
 overlap of generation and training); micro-batches hold whole groups.
@@ -22,7 +28,6 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -81,7 +86,7 @@ def train(cfg: dict, sampler=None) -> list:
     0) after dropping the rows logged past it, so metrics.jsonl never holds an update twice.
     """
     # ------------------------------------------------------------------ setup
-    ckpt = preflight(cfg, sampler)  # refuses bad input and a clashing out_dir before any long work
+    ckpt = rollout.preflight(cfg, sampler)  # refuses bad input and a clashing out_dir before any long work
     torch.manual_seed(cfg["seed"])
     out_dir, N, T = cfg["out_dir"], cfg["delay"], cfg["updates"]
     offline = bool(cfg["offline_pool"]["path"])
@@ -110,7 +115,7 @@ def train(cfg: dict, sampler=None) -> list:
     if pad_id is None:
         pad_id = sampler.tokenizer.eos_token_id
     if offline and start == 0:  # the engine holds the base model: make what the pool lacks
-        with stop_on_oom(cfg, "the offline pool's generation"):
+        with checkpoint.stop_on_oom(cfg, "the offline pool's generation"):
             rollout.make_pool(cfg, sampler,
                               lambda batch: learner.fresh_behavior(cfg, model, batch, pad_id))
 
@@ -124,7 +129,7 @@ def train(cfg: dict, sampler=None) -> list:
                    file=sys.stderr)
 
     rows, live = [], loggers.open_loggers(cfg, out_dir, start if ckpt else None)
-    with open(os.path.join(out_dir, "metrics.jsonl"), "a") as log_file, stop_on_signals(), \
+    with open(os.path.join(out_dir, "metrics.jsonl"), "a") as log_file, checkpoint.stop_on_signals(), \
             contextlib.ExitStack() as closing:
         for logger in live:
             closing.callback(logger.close)
@@ -136,7 +141,7 @@ def train(cfg: dict, sampler=None) -> list:
                 logger.log(logged)
 
         if cfg["eval_every"] > 0 and start == 0:
-            with stop_on_oom(cfg, "evaluation"):
+            with checkpoint.stop_on_oom(cfg, "evaluation"):
                 log({"update": 0, "responses_total": state.responses_total,
                      **evaluate.run_eval(cfg, sampler, 0, out_dir)})
 
@@ -180,7 +185,7 @@ def train(cfg: dict, sampler=None) -> list:
             state.skips_in_a_row = state.skips_in_a_row + 1 if metrics["skipped"] else 0
 
             # ---------------------------------------------------------- sync
-            with learner.timed(times, "time/sync", device), stop_on_oom(cfg, "the weight push"):
+            with learner.timed(times, "time/sync", device), checkpoint.stop_on_oom(cfg, "the weight push"):
                 if metrics["skipped"]:  # no step was taken: the engine already holds these weights
                     sampler.version = t
                 else:
@@ -201,7 +206,7 @@ def train(cfg: dict, sampler=None) -> list:
                    "lr": cfg["lr"],
                    "skipped_updates": state.skipped_updates, "oom_updates": state.oom_updates,
                    **metrics, **times}
-            with learner.timed(row, "time/eval"), stop_on_oom(cfg, "evaluation"):
+            with learner.timed(row, "time/eval"), checkpoint.stop_on_oom(cfg, "evaluation"):
                 if cfg["eval_every"] > 0 and (t % cfg["eval_every"] == 0 or t == T):
                     row.update(evaluate.run_eval(cfg, sampler, t, out_dir))
             row["time/log"] = log_seconds
@@ -213,13 +218,13 @@ def train(cfg: dict, sampler=None) -> list:
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", k3=f"{row['k3']:.4f}")
             log_seconds = time.perf_counter() - t0
             if state.skips_in_a_row >= cfg["max_consecutive_skips"]:
-                raise diverged(cfg, state, bool(metrics.get("oom")), out_dir)
+                raise checkpoint.diverged(cfg, state, bool(metrics.get("oom")), out_dir)
 
             # ---------------------------------------------------------- checkpoint
-            if t == T or (cfg["ckpt_every"] > 0 and t % cfg["ckpt_every"] == 0) or STOP["signal"]:
+            if t == T or (cfg["ckpt_every"] > 0 and t % cfg["ckpt_every"] == 0) or checkpoint.STOP["signal"]:
                 save(t)
-            if STOP["signal"]:
-                tqdm.write(f"stopped by {signal.Signals(STOP['signal']).name} after update {t}; "
+            if checkpoint.STOP["signal"]:
+                tqdm.write(f"stopped by {signal.Signals(checkpoint.STOP['signal']).name} after update {t}; "
                            f"continue with resume=true", file=sys.stderr)
                 break
     return rows
@@ -230,57 +235,16 @@ def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int,
     """Sample the next rollout batch with the engine's current weights onto the delay queue;
     returns it and its metrics (phase times, engine-vs-learner mismatch). fresh: the batch is
     trained next, with these weights, and learn(fresh=True) takes the learner's view of it."""
-    with stop_on_oom(cfg, "generation"):
+    with checkpoint.stop_on_oom(cfg, "generation"):
         batch, times = rollout.sample_batch(cfg, sampler, state.next_batch)
     if not fresh:
         with learner.timed(times, "time/behavior", next(model.parameters()).device), \
-                stop_on_oom(cfg, "the behavior pass"):
+                checkpoint.stop_on_oom(cfg, "the behavior pass"):
             times.update(learner.fresh_behavior(cfg, model, batch, pad_id))
     state.queue.append(batch)
     state.next_batch += 1
     state.responses_total += len(batch.rollouts)
     return batch, times
-
-
-# What to lower when memory runs out outside learn() (whose errors skip the update instead).
-# micro_batch_size, logits_chunk_mib and vllm.gpu_memory_utilization may change on resume.
-OOM_ADVICE = {
-    "generation": "lower vllm.gpu_memory_utilization (the learner's memory grew after the engine "
-                  "took its share) and continue with resume=true, or lower max_tokens in a new run",
-    "the behavior pass": "lower micro_batch_size (a multiple of group_size) or logits_chunk_mib "
-                         "and continue with resume=true",
-    "evaluation": "lower vllm.gpu_memory_utilization and continue with resume=true, or lower "
-                  "eval_max_tokens in a new run",
-    "the weight push": "lower vllm.gpu_memory_utilization and continue with resume=true",
-}
-OOM_ADVICE["the offline pool's generation"] = (OOM_ADVICE["generation"] + "; or lower "
-                                               "micro_batch_size or logits_chunk_mib")
-
-
-@contextlib.contextmanager
-def stop_on_oom(cfg: dict, phase: str):
-    """Out of memory in `phase`, where the run's state is already half-way through an update:
-    stop with one line naming the phase, the checkpoint kept and what to lower (the run resumes
-    from that checkpoint exactly as if never stopped)."""
-    try:
-        yield
-    except torch.OutOfMemoryError as e:
-        error = str(e).split("\n")[0][:200]
-        kept = checkpoint.latest_checkpoint(cfg["out_dir"]) or "none yet: resume starts at update 0"
-        raise torch.OutOfMemoryError(f"out of memory in {phase} ({error}); the run stops, its last "
-                                     f"checkpoint ({kept}) kept: {OOM_ADVICE[phase]}") from None
-
-
-class NonFiniteForward(FloatingPointError):
-    """NaN/inf log-probs from the learner's or the reference's forward pass."""
-
-
-def check_finite_forward(logp, ref_logp) -> None:
-    """Raise NonFiniteForward before a non-finite forward pass reaches the loss (whose inputs
-    check refuses NaN): learn_or_skip skips the update, as for a non-finite gradient."""
-    for name, x in (("learner", logp), ("reference", ref_logp)):
-        if x is not None and not bool(torch.isfinite(x).all()):
-            raise NonFiniteForward(f"the {name}'s forward pass gave non-finite log-probs")
 
 
 def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id: int,
@@ -293,7 +257,7 @@ def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch,
         metrics = learn(cfg, model, ref_model, optimizer, batch, pad_id, fresh)
         optimizer.zero_grad(set_to_none=True)  # the gradients' memory is free while the engine samples
         return metrics
-    except NonFiniteForward as e:
+    except learner.NonFiniteForward as e:
         error, oom = str(e), False
     except torch.OutOfMemoryError as e:
         error, oom = str(e).split("\n")[0], True
@@ -364,7 +328,7 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
         with learner.timed(times, "time/learn", device):
             with learner.autocast(cfg):
                 logp, mask, ent = learner.response_logp(model, inputs, True, chunk, temperature)
-            check_finite_forward(logp, ref_logp)
+            learner.check_finite_forward(logp, ref_logp)
             if fresh:
                 view = learner.ragged(logp.detach(), part)
                 learner.adopt_learner_view(cfg, part, view)
@@ -409,96 +373,13 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
     return metrics
 
 
-def preflight(cfg: dict, sampler=None):
-    """Checks on files, run before any long work (model build, engine start).
-
-    Refuses an unusable GPU or sampler, a missing model, a benchmark or training set that cannot
-    be loaded, a prompt that with its max tokens does not fit vllm.max_model_len (or the model,
-    or a shared `sampler`), an offline pool of another recipe, and an out_dir that holds another
-    run (or this run, without resume=true).
-    Returns the checkpoint to resume from, or None.
-    """
-    learner.pick_device(cfg)  # a GPU that is expected but unusable: say so now, not after hours
-    rollout.sampler_kind(cfg)  # sampler=vllm without vLLM: say so now
-    loggers.check(cfg)
-    if cfg["task"] == "math":
-        tasks.train_problems(cfg)  # raises BenchmarkUnavailable, naming the two ways to supply it
-    if not (cfg["task"] == "toy" and cfg["build_toy_model"]) and not os.path.isdir(cfg["model"]):
-        raise FileNotFoundError(
-            f"model path {cfg['model']!r} does not exist; give a Hugging Face model folder "
-            f"(e.g. `hf download Qwen/Qwen3-1.7B-Base --local-dir DIR`), or for the "
-            f"toy set build_toy_model=true to build it there")
-    if os.path.isdir(cfg["model"]):
-        tasks.check_model_hash(cfg["model"])
-    if cfg["eval_every"] > 0:
-        tasks.load_config_benchmarks(cfg)  # raises BenchmarkUnavailable, naming the fix
-    tasks.max_model_len(cfg)  # every prompt and its max tokens fit the engine's context, or refuse
-    need = tasks.context_need(cfg)
-    if sampler is not None and sampler.max_model_len < need["need"]:
-        raise ValueError(f"the shared engine's max_model_len {sampler.max_model_len}"
-                         f" is too small for this run: {need['where']} prompt {need['id']} has "
-                         f"{need['length']} tokens and needs {need['need']}")
-    pool = cfg["offline_pool"]["path"]
-    if pool and os.path.exists(os.path.join(pool, "recipe.json")):
-        rollout.check_pool_recipe(cfg)
-    return checkpoint.check_out_dir(cfg)
-
-
-def diverged(cfg: dict, state: RunState, oom: bool, out_dir: str) -> Exception:
-    """The error that stops a run after max_consecutive_skips skipped updates in a row."""
-    t, kept = state.update, checkpoint.latest_checkpoint(out_dir) or "none"
-    if oom:
-        return torch.OutOfMemoryError(
-            f"updates {t - state.skips_in_a_row + 1}..{t} were all skipped, the last for running "
-            f"out of memory in learn(). The last checkpoint, {kept}, is kept: lower "
-            f"micro_batch_size (a multiple of group_size) or logits_chunk_mib, or set "
-            f"gradient_checkpointing=true, then continue with resume=true (these keys may change "
-            f"on resume); or lower max_tokens in a new run")
-    return FloatingPointError(
-        f"updates {t - state.skips_in_a_row + 1}..{t} all had a non-finite loss or gradient "
-        f"(max_consecutive_skips={cfg['max_consecutive_skips']}): the run has diverged. No "
-        f"optimizer step used them; the last checkpoint, {kept}, is kept. Lower lr (or check "
-        f"loss_args) and start a new run")
-
-
-# The first SIGINT/SIGTERM/SIGUSR2 sets STOP["signal"]: the run finishes its update, writes a
-# checkpoint and train() returns; main() then exits with 128 + signal (130 SIGINT, 143 SIGTERM).
-STOP = {"signal": None}
-
-
-def on_signal(signum, frame) -> None:
-    if STOP["signal"] is not None:  # a second signal aborts now; the last checkpoint stays valid
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return
-    STOP["signal"] = signum
-    print(f"\n{signal.Signals(signum).name}: finishing this update, then checkpoint and exit "
-          f"(send it again to abort at once)", file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def stop_on_signals():
-    """SIGINT/SIGTERM/SIGUSR2 (SLURM's warning before a time limit) set STOP["signal"] inside the
-    block (Python's signals need the main thread)."""
-    STOP["signal"] = None
-    handlers = {}
-    if threading.current_thread() is threading.main_thread():
-        handlers = {sig: signal.signal(sig, on_signal)
-                    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)}
-    try:
-        yield
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-
-
 def main(argv: list) -> None:
     if not argv or argv[0].startswith("-"):
         print(__doc__)
         sys.exit(2)
     try:
         cfg = config.load_config(argv[0], argv[1:])
-        preflight(cfg)
+        rollout.preflight(cfg)
     except (ValueError, TypeError, FileNotFoundError, NotImplementedError, ImportError,
             PermissionError, tasks.BenchmarkUnavailable, learner.DeviceUnavailable) as e:
         sys.exit(f"error: {e}")  # bad input: the message says what is wrong and how to fix it
@@ -506,8 +387,8 @@ def main(argv: list) -> None:
         train(cfg)
     except (torch.OutOfMemoryError, FloatingPointError) as e:  # a stop that keeps a checkpoint
         sys.exit(f"error: {e}")
-    if STOP["signal"]:  # stopped early by a signal, its checkpoint written
-        sys.exit(128 + STOP["signal"])
+    if checkpoint.STOP["signal"]:  # stopped early by a signal, its checkpoint written
+        sys.exit(128 + checkpoint.STOP["signal"])
 
 
 if __name__ == "__main__":

@@ -127,7 +127,7 @@ def test_sigterm_in_process_resume_with_reference_refresh(tmp_path, sampler):
         rows = train.train(cfg, sampler=sampler)
     finally:
         train.learn = original_learn
-    assert train.STOP["signal"] == signal.SIGTERM
+    assert checkpoint.STOP["signal"] == signal.SIGTERM
     assert [r["update"] for r in rows] == [1, 2, 3]
     ckpt = checkpoint.latest_checkpoint(cfg["out_dir"])
     assert os.path.basename(ckpt) == "ckpt-000003"
@@ -140,7 +140,7 @@ def test_sigterm_in_process_resume_with_reference_refresh(tmp_path, sampler):
     assert state["responses_total"] == 5 * 4 * 4
 
     rows = train.train({**cfg, "resume": True}, sampler=sampler)
-    assert train.STOP["signal"] is None
+    assert checkpoint.STOP["signal"] is None
     assert [r["update"] for r in rows] == [4, 5, 6]
     train.train(toy_config(tmp_path / "ref", **kw), sampler=sampler)
     assert_same_metrics(read_jsonl(tmp_path / "run" / "metrics.jsonl"),
@@ -308,12 +308,12 @@ def test_bad_paths_and_out_dirs_are_refused_before_any_work(tmp_path, monkeypatc
 def test_second_signal_aborts_at_once(monkeypatch):
     """The first SIGINT/SIGTERM asks for a clean stop; a second one kills with the default action."""
     calls = []
-    monkeypatch.setattr(train.signal, "signal", lambda sig, handler: calls.append((sig, handler)))
-    monkeypatch.setattr(train.os, "kill", lambda pid, sig: calls.append((pid, sig)))
-    monkeypatch.setitem(train.STOP, "signal", None)
-    train.on_signal(signal.SIGINT, None)
-    assert train.STOP["signal"] == signal.SIGINT and calls == []
-    train.on_signal(signal.SIGINT, None)
+    monkeypatch.setattr(checkpoint.signal, "signal", lambda sig, handler: calls.append((sig, handler)))
+    monkeypatch.setattr(checkpoint.os, "kill", lambda pid, sig: calls.append((pid, sig)))
+    monkeypatch.setitem(checkpoint.STOP, "signal", None)
+    checkpoint.on_signal(signal.SIGINT, None)
+    assert checkpoint.STOP["signal"] == signal.SIGINT and calls == []
+    checkpoint.on_signal(signal.SIGINT, None)
     assert calls == [(signal.SIGINT, signal.SIG_DFL), (os.getpid(), signal.SIGINT)]
 
 

@@ -8,6 +8,7 @@ import torch
 
 import config
 import learner
+import rollout
 import tasks
 import train
 from conftest import ROOT, toy_config
@@ -307,7 +308,7 @@ def test_the_shipped_toy_base_model_is_checked_by_its_hash(tmp_path):
     data[-1] ^= 1
     (altered / "model.safetensors").write_bytes(bytes(data))
     with pytest.raises(ValueError, match="is not the model its build_info.json names"):
-        train.preflight(toy_config(tmp_path / "run", model=str(altered)))
+        rollout.preflight(toy_config(tmp_path / "run", model=str(altered)))
 
 
 def test_onednn_linear_matches_torch_linear():
