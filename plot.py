@@ -1,22 +1,22 @@
 """Figures of the study from run folders, as PNG, each with a Markdown table of its numbers (.md).
 
-    python plot.py fig1  runs/fig1_toy  --out fig1_toy.png    # dynamics at one N (--delay 8)
-    python plot.py fig3  runs/fig3_toy  --out fig3_toy.png    # final accuracy against N
-    python plot.py fig2  runs/fig3_toy  --out fig2_toy.png    # sampling budget
-    python plot.py fig5  runs/fig3_toy  --out fig5_toy.png    # difficulty split (at --delay 8)
-    python plot.py fig7  runs/fig3_toy  --out fig7_toy.png    # diagnostics against N
-    python plot.py fig4  runs/fig4_toy  --out fig4_toy.png    # offline training on a fixed pool
-    python plot.py fig8  runs/fig8_toy  --out fig8_toy.png    # GGPO: beta x reference refresh
-    python plot.py fig9  runs/fig8_toy  --out fig9_toy.png    # ESS of GGPO's weights on successes
-    python plot.py fig10 runs/fig10_toy --out fig10_toy.png   # GGPO: original vs detached update
-    python plot.py leaderboard runs/leaderboard_toy --out leaderboard_toy.png  # every objective vs N
-    python plot.py numerics runs/numerics_toy --out numerics_toy.png  # engine vs learner precision
+    python plot.py fig1  runs/fig1_toy   --out figures/fig1_toy.png   # dynamics at one N (--delay 8)
+    python plot.py fig3  runs/fig3_toy   --out figures/fig3_toy.png   # final accuracy against N
+    python plot.py fig2  runs/fig3_toy   --out figures/fig2_toy.png   # sampling budget
+    python plot.py fig5  runs/fig3_toy   --out figures/fig5_toy.png   # difficulty split (at --delay 8)
+    python plot.py fig7  runs/fig3_toy   --out figures/fig7_toy.png   # diagnostics against N
+    python plot.py fig4  runs/fig4_toy   --out figures/fig4_toy.png   # offline training on a fixed pool
+    python plot.py fig8  runs/fig8_toy   --out figures/fig8_toy.png   # GGPO: beta x reference refresh
+    python plot.py fig9  runs/fig8_toy   --out figures/fig9_toy.png   # ESS of GGPO's weights on successes
+    python plot.py fig10 runs/fig10_toy  --out figures/fig10_toy.png  # GGPO: original vs detached update
+    python plot.py leaderboard runs/leaderboard_toy --out figures/leaderboard_toy.png  # every objective vs N
+    python plot.py numerics runs/numerics_toy --out figures/numerics_toy.png  # engine vs learner precision
 
 A run folder holds config.yaml and metrics.jsonl (train.py writes them; sweep.py lays folders out
 as <loss>_N<delay>_s<seed>[_<key>-<value>...]). Runs that differ only in seed are averaged;
 per-update metrics are smoothed with a moving average of --window updates. Accuracy is the
 problem-weighted average over benchmarks (eval/avg/...) when several are evaluated, else the
-one benchmark's (MATH-500 first).
+one benchmark's (MATH-500 first). Without --out a figure goes to figures/<figure>.png.
 """
 import argparse
 import glob
@@ -32,6 +32,8 @@ import losses
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+FIGURES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures")
 
 # colors and line styles of the study's four objectives; any other objective (registered in
 # losses.py, or found in a run folder) gets a spare color, so it shows in every figure
@@ -538,12 +540,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("figure", choices=list(FIGURES))
     parser.add_argument("root", help="folder of run folders")
-    parser.add_argument("--out", required=True, help="PNG path; the table goes next to it as .md")
+    parser.add_argument("--out", help="PNG path (default: figures/<figure>.png); the table goes "
+                                      "next to it as .md")
     parser.add_argument("--delay", type=int, default=None,
                         help="figs. 1 and 5: the N to show (default 8); leaderboard: the N of its "
                              "diagnostics columns (default 32)")
     parser.add_argument("--window", type=int, default=20, help="moving average of per-update metrics")
     args = parser.parse_args(argv)
+    args.out = args.out or os.path.join(FIGURES_DIR, f"{args.figure}.png")
     if args.figure == "leaderboard":
         leaderboard(args.root, args.out, at_delay=32 if args.delay is None else args.delay)
         return

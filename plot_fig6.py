@@ -2,8 +2,10 @@
 
 For m = 8 and k = 1..7 correct responses, with learner = behavior = reference, reads
 W_correct = sum_{i: r_i = 1} c_i from losses.compute_loss (metrics["coef_correct_sum"]) and
-plots it normalized to its value at k = 7. Usage: python plot_fig6.py  -> fig6.png
+plots it normalized to its value at k = 7. Usage: python plot_fig6.py  -> figures/fig6.png
 """
+import os
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -12,6 +14,7 @@ import torch  # noqa: E402
 
 import losses  # noqa: E402
 
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures", "fig6.png")
 M, KS = 8, range(1, 8)
 CURVES = [("GRPO", "grpo", {}, "o-"), ("AGRO", "agro", {"beta": 0.01}, "s-"),
           ("GGPO β=0.1", "ggpo", {"beta": 0.1}, "D-"), ("GGPO β=0.01", "ggpo", {"beta": 0.01}, "x--")]
@@ -35,5 +38,5 @@ ax.set_ylabel("W_correct(k) / W_correct(7)")
 ax.set_title("Coefficient sum on correct responses (m = 8)")
 ax.legend()
 fig.tight_layout()
-fig.savefig("fig6.png", dpi=100)
-print("wrote fig6.png")
+fig.savefig(OUT, dpi=100)
+print(f"wrote {OUT}")
