@@ -106,6 +106,8 @@ def train(cfg: dict, sampler=None) -> list:
     if sampler is None:
         sampler = rollout.make_sampler(cfg)
     sampler.sync(model, start)  # a shared engine or a resumed run holds other weights
+    checkpoint.record_session(out_dir, start, learner.matmul_backend(model),  # run_info.json
+                              getattr(sampler, "kind", type(sampler).__name__))
     pad_id = sampler.tokenizer.pad_token_id
     if pad_id is None:
         pad_id = sampler.tokenizer.eos_token_id
@@ -414,8 +416,8 @@ def preflight(cfg: dict, sampler=None):
 
     Refuses an unusable GPU or sampler, a missing model, a benchmark or training set that cannot
     be loaded, a prompt that with its max tokens does not fit vllm.max_model_len (or the model,
-    or a shared `sampler`), an offline pool of another recipe, and an out_dir that holds another
-    run (or this run, without resume=true).
+    or a shared `sampler`), an offline pool of another recipe, an out_dir that holds another
+    run (or this run, without resume=true), and an out_dir whose disk cannot hold the checkpoints.
     Returns the checkpoint to resume from, or None.
     """
     learner.pick_device(cfg)  # a GPU that is expected but unusable: say so now, not after hours
@@ -441,7 +443,9 @@ def preflight(cfg: dict, sampler=None):
     pool = cfg["offline_pool"]["path"]
     if pool and os.path.exists(os.path.join(pool, "recipe.json")):
         rollout.check_pool_recipe(cfg)
-    return checkpoint.check_out_dir(cfg)
+    ckpt = checkpoint.check_out_dir(cfg)
+    checkpoint.check_disk(cfg)  # keep_checkpoints + 1 checkpoints must fit out_dir's disk
+    return ckpt
 
 
 def diverged(cfg: dict, state: RunState, oom: bool, out_dir: str) -> Exception:
