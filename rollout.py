@@ -64,9 +64,11 @@ def batch_seed(run_seed: int, batch_index: int) -> int:
 
 
 class Sampler:
+    kind = "vllm"
+
     def __init__(self, model_path: str, dtype: str = "float32", max_model_len: int = 64,
                  gpu_memory_utilization: float = 0.35, enable_sleep_mode: bool = False,
-                 enforce_eager: bool = True, seed: int = 0):
+                 enforce_eager: bool = True, seed: int = 0, learner_device: str = None):
         import torch
         from vllm import LLM
 
@@ -87,12 +89,14 @@ class Sampler:
                        # is split across steps ("CPU Generator does not use offset"): whole prompts
                        enable_chunked_prefill=on_gpu,
                        logprobs_mode="processed_logprobs", max_logprobs=1, enforce_eager=enforce_eager)
-        # A CPU learner shares the cores with this process's engine and needs its threads back;
-        # on GPU vLLM sets 1 thread for serving on purpose and the learner's work is on the GPU.
+        # A CPU learner (learner_device "cpu"; None: the GPU when there is one) shares the cores
+        # with this process's engine and needs its threads back, whatever device the engine is
+        # on; a GPU learner leaves them to vLLM, which sets 1 thread for serving on purpose.
         # (vLLM's CPU backend keeps the count but turns torch.set_num_threads into a no-op.)
-        if not on_gpu and torch.get_num_threads() != threads:
+        cpu_learner = (learner_device or ("cuda" if on_gpu else "cpu")) == "cpu"
+        if cpu_learner and torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
-        if not on_gpu and torch.get_num_threads() != threads:
+        if cpu_learner and torch.get_num_threads() != threads:
             print(f"warning: vLLM left torch {torch.get_num_threads()} threads (was {threads}); "
                   f"the learner will be slower", file=sys.stderr)
         # every in-place reload warns that the tied lm_head and the rotary cache "failed to load"
@@ -194,6 +198,7 @@ class TransformersSampler:
     # prompt + response tokens of the responses sampled at once (whole groups; the KV cache of
     # Qwen3-1.7B in bf16 holds 114 KB a token: 2^18 tokens are 30 GB, a toy batch is 3,300)
     CHUNK_TOKENS = 2 ** 18
+    kind = "transformers"
 
     def __init__(self, model_path: str, dtype: str = "float32", max_model_len: int = 64,
                  seed: int = 0, device: str = "cpu"):
@@ -425,11 +430,12 @@ def make_sampler(cfg: dict):
     """The run's sampler for its base model (one per process; sweeps share it): the vLLM engine,
     or the transformers sampler on the learner's device (sampler_kind)."""
     tasks.prepare_model(cfg)
+    import learner
     dtype, context = cfg["sampler_dtype"] or cfg["dtype"], tasks.max_model_len(cfg)
     if sampler_kind(cfg) == "vllm":
         return Sampler(cfg["model"], dtype=dtype, seed=cfg["seed"],
+                       learner_device=learner.pick_device(cfg),
                        **{**cfg["vllm"], "max_model_len": context})
-    import learner
     return TransformersSampler(cfg["model"], dtype=dtype, max_model_len=context,
                                seed=cfg["seed"], device=learner.pick_device(cfg))
 
@@ -520,8 +526,8 @@ def preflight(cfg: dict, sampler=None):
 
     Refuses an unusable GPU or sampler, a missing model, a benchmark or training set that cannot
     be loaded, a prompt that with its max tokens does not fit vllm.max_model_len (or the model,
-    or a shared `sampler`), an offline pool of another recipe, and an out_dir that holds another
-    run (or this run, without resume=true).
+    or a shared `sampler`), an offline pool of another recipe, an out_dir that holds another
+    run (or this run, without resume=true), and an out_dir whose disk cannot hold the checkpoints.
     Returns the checkpoint to resume from, or None.
     """
     import learner
@@ -548,4 +554,6 @@ def preflight(cfg: dict, sampler=None):
     pool = cfg["offline_pool"]["path"]
     if pool and os.path.exists(os.path.join(pool, "recipe.json")):
         check_pool_recipe(cfg)
-    return checkpoint.check_out_dir(cfg)
+    ckpt = checkpoint.check_out_dir(cfg)
+    checkpoint.check_disk(cfg)  # keep_checkpoints + 1 checkpoints must fit out_dir's disk
+    return ckpt

@@ -111,6 +111,8 @@ def train(cfg: dict, sampler=None) -> list:
     if sampler is None:
         sampler = rollout.make_sampler(cfg)
     sampler.sync(model, start)  # a shared engine or a resumed run holds other weights
+    checkpoint.record_session(out_dir, start, learner.matmul_backend(model),  # run_info.json
+                              getattr(sampler, "kind", type(sampler).__name__))
     pad_id = sampler.tokenizer.pad_token_id
     if pad_id is None:
         pad_id = sampler.tokenizer.eos_token_id

@@ -5,6 +5,7 @@ import os
 import pytest
 import yaml
 
+import checkpoint
 import plot
 import config
 
@@ -123,7 +124,7 @@ def test_leaderboard_and_fig7_fig10_without_clip_frac(tmp_path):
     assert "| PPO vs sampler (GRPO, behavior anchor) | 45.0 (40.0-50.0) | 45.0 (40.0-50.0) | 10 (10-10) | " \
         "0.3 (0.3-0.3) |  |" in table
     assert "| M2PO | 60.0 (60.0-60.0) | 60.0 (60.0-60.0) | 20 (20-20) | 0.5 (0.5-0.5) | 30.0 (25.0-35.0) |" in table
-    lines = table.splitlines()
+    lines = [l for l in table.splitlines() if l.startswith("| ")]  # the rows, the machines' line aside
     assert [l.split(" |")[0] for l in lines[-3:]] == ["| GRPO", "| PPO vs sampler (GRPO, behavior anchor)", "| M2PO"]
     # fig. 7 and fig. 10 with clip_frac absent for some objectives
     plot.main(["fig7", str(runs), "--out", str(tmp_path / "fig7.png")])
@@ -164,3 +165,48 @@ def test_unfinished_runs_are_named(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "1 of 2 runs" in err and "grpo_N0_s1 (update 4 of 10)" in err
     assert "grpo_N0_s0" not in err
+
+
+def _session(folder, model="AMD EPYC", isa=("avx", "avx2", "fma"), start=0, **kw):
+    """Add a session to a synthetic run's run_info.json, as train.py records it."""
+    session = checkpoint.session_info(start, "onednn", "vllm")
+    session["cpu"].update(model=model, isa=list(isa), torch_capability="AVX2")
+    session["versions"].update(torch="2.13.0", vllm="0.32.0", transformers="5.19.0")
+    session.update(**{"gpu": None, "git": {"commit": "abc1234def", "dirty": False}, **kw})
+    path = folder / "run_info.json"
+    old = json.loads(path.read_text())["sessions"] if path.exists() else []
+    path.write_text(json.dumps({"sessions": old + [session]}))
+
+
+def test_tables_name_their_machines_and_warn_when_processors_mix(tmp_path, capsys):
+    """A line under the table counts runs per processor kind (an old run, without run_info.json,
+    on an unknown machine) and names versions, backends and commits; runs on two processor
+    kinds add a warning to the table and to stderr."""
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        _run(runs, 0.5, "grpo", 0, seed)
+        _session(runs / f"grpo_N0_s{seed}")
+    out = str(tmp_path / "fig3.png")
+    plot.main(["fig3", str(runs), "--out", out])
+    assert _table(out).endswith("| GRPO | 50.0 (50.0-50.0) |\n\nruns: 2 on AMD EPYC (avx2); torch 2.13.0; "
+                                "vllm 0.32.0; transformers 5.19.0; matmul onednn; sampler vllm; "
+                                "commits abc1234\n")
+    assert "warning" not in capsys.readouterr().err
+    # a third run resumed on an Intel machine with AVX-512 and AMX, the transformers sampler, and
+    # a dirty tree; a fourth from before run_info.json
+    _run(runs, 0.5, "grpo", 0, 2)
+    _session(runs / "grpo_N0_s2")
+    _session(runs / "grpo_N0_s2", "Intel(R) Xeon(R) Platinum 8481C", ("avx2", "avx512f", "avx512_bf16",
+             "amx_tile", "amx_bf16"), start=5, sampler="transformers",
+             git={"commit": "fedcba9876", "dirty": True})
+    _run(runs, 0.5, "grpo", 0, 3)
+    plot.main(["fig3", str(runs), "--out", out])
+    notes = _table(out).split("|\n\n")[1].splitlines()
+    intel = "Intel(R) Xeon(R) Platinum 8481C (avx2, avx512f, avx512_bf16, amx_tile)"
+    assert notes == [
+        f"runs: 3 on AMD EPYC (avx2), 1 on {intel}, 1 on unknown machine (no run_info.json); torch "
+        "2.13.0; vllm 0.32.0; transformers 5.19.0; matmul onednn; sampler transformers, vllm; "
+        "commits abc1234, fedcba9 (dirty)", "",
+        f"warning: this table mixes 2 processor kinds (AMD EPYC (avx2); {intel}): runs on different "
+        "processors agree only within the seed spread"]
+    assert f"plot.py: {out}: {notes[2]}" in capsys.readouterr().err

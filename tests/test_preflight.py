@@ -2,12 +2,14 @@
 in-process engine, and the choices that differ between CPU and GPU."""
 import json
 import os
+import random
 import shutil
 import time
 
 import pytest
 import torch
 
+import checkpoint
 import config
 import learner
 import rollout
@@ -140,3 +142,72 @@ def test_cpu_learner_packs_and_a_gpu_learner_does_not():
     assert learner.model_inputs(model, rollouts, 0)["ids"].shape[0] < 4  # packed rows
     model.to("meta")  # a non-CPU device: one sequence per row
     assert learner.model_inputs(model, rollouts, 0)["ids"].shape[0] == 4
+
+
+# ----------------------------------------------------------------------------- disk
+
+def toy_checkpoint_state(cfg) -> dict:
+    """A state.pt whose queue holds `delay` batches of responses at their longest (max_tokens),
+    of distinct tokens and log-probs (pickle stores a repeated object once)."""
+    rng, T, n = random.Random(0), cfg["max_tokens"], cfg["prompts_per_update"] * cfg["group_size"]
+    prompt = tasks.build_tokenizer()("9999+9999=")["input_ids"]
+    queue = [rollout.RolloutBatch(b, [rollout.Rollout(
+        i, prompt, [rng.randrange(2, 98) for _ in range(T)], "".join(rng.choices("0123456789", k=T)),
+        [-rng.random() for _ in range(T)], b, False) for i in range(n)], [0.0] * n)
+        for b in range(cfg["delay"])]
+    return train.RunState(update=1, next_batch=3, queue=queue).to_dict(cfg["seed"])
+
+
+def test_the_checkpoint_estimate_is_what_save_checkpoint_writes(tmp_path):
+    """learner.pt P x 4 B, optimizer.pt 2 P x 4 B, reference.pt P x 4 B (GGPO, refreshed), state.pt
+    at most its estimate: the toy's 996,992 parameters, against the files of a real checkpoint."""
+    cfg = toy_config(tmp_path, loss="ggpo", ref_refresh_every=2, delay=3)
+    sizes = checkpoint.checkpoint_bytes(cfg)
+    assert sorted(sizes) == ["learner.pt", "optimizer.pt", "reference.pt", "state.pt"]
+    assert sizes["learner.pt"] == sizes["reference.pt"] == 4 * 996_992
+    assert sizes["optimizer.pt"] == 2 * sizes["learner.pt"]
+    model, ref_model, optimizer = learner.build_learner(cfg)
+    sum(p.sum() for p in model.parameters()).backward()
+    optimizer.step()  # AdamW makes its two moments at its first step
+    path = checkpoint.save_checkpoint(str(tmp_path), 1, model, optimizer, ref_model,
+                                      toy_checkpoint_state(cfg))
+    written = {n: os.path.getsize(os.path.join(path, n)) for n in sizes}
+    for name in ("learner.pt", "optimizer.pt", "reference.pt"):
+        assert written[name] == pytest.approx(sizes[name], rel=0.02), name
+    assert written["state.pt"] <= sizes["state.pt"] < 3 * written["state.pt"] + 10 ** 5
+    # GRPO reads no reference, and a fixed reference (the base model) is never saved
+    assert "reference.pt" not in checkpoint.checkpoint_bytes(toy_config(tmp_path, loss="ggpo"))
+    assert "reference.pt" not in checkpoint.checkpoint_bytes(toy_config(tmp_path, ref_refresh_every=2))
+
+
+def test_a_disk_too_small_for_the_checkpoints_is_refused_before_any_model_loads(
+        tmp_path, monkeypatch, no_model_load):
+    cfg = toy_config(tmp_path / "run", keep_checkpoints=2)
+    one = sum(checkpoint.checkpoint_bytes(cfg).values())
+    free = {"bytes": int(2.5 * one)}  # room for 2 checkpoints and a half: keep 2 needs 3
+    real_disk_usage = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real_disk_usage(path)._replace(
+        free=free["bytes"]))
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=(
+            rf"^out_dir '{tmp_path}/run' is on a disk with {2.5 * one / 1e6:.1f} MB free, but this "
+            rf"run needs {3 * one / 1e6:.1f} MB for its checkpoints: keep_checkpoints=2 plus the "
+            rf"one written before the oldest is deleted, 3 x {one / 1e6:.1f} MB \(learner \d+\.\d MB "
+            rf"\+ optimizer \d+\.\d MB \+ state \d\.\d MB\)\. Free space there, lower "
+            rf"keep_checkpoints \(at least 1\), or set out_dir on a larger disk$")):
+        train.train(cfg)
+    assert time.perf_counter() - t0 < 10
+    assert not os.path.exists(cfg["out_dir"])  # refused before the run folder was made
+    rollout.preflight({**cfg, "keep_checkpoints": 1})  # 2 fit
+    # resumed with two checkpoints already there: the next write needs room for one more
+    checkpoint.write_config(cfg["out_dir"], cfg)
+    for update in (2, 4):
+        os.makedirs(os.path.join(cfg["out_dir"], f"ckpt-{update:06d}"))
+        with open(os.path.join(cfg["out_dir"], f"ckpt-{update:06d}", "learner.pt"), "wb") as f:
+            f.truncate(one)
+    free["bytes"] = int(1.5 * one)
+    assert rollout.preflight({**cfg, "resume": True}).endswith("ckpt-000004")
+    free["bytes"] = int(0.5 * one)
+    with pytest.raises(ValueError, match=rf"needs {one / 1e6:.1f} MB .*, less {2 * one / 1e6:.1f} "
+                                         rf"MB already there\. Free space there"):
+        rollout.preflight({**cfg, "resume": True})

@@ -42,6 +42,11 @@ def assert_same_metrics(rows, ref_rows):
                 assert r[k] == ref[k], (r["update"], k)
 
 
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 def wait_for(predicate, proc, timeout=240):
     t0 = time.time()
     while not predicate():
@@ -100,6 +105,9 @@ def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, request, kind):
     cfg = toy_config(run_dir, **TINY)  # sampler=auto, as the run's; the sampler is given here
     rows = train.train({**cfg, "resume": True}, sampler=sampler)  # the shared sampler, a third one
     assert rows[0]["update"] == stopped_at + 1
+    sessions = read_json(run_dir / "run_info.json")["sessions"]  # where each process ran, from where
+    assert [(s["start_update"], s["sampler"]) for s in sessions] == \
+        [(0, kind), (killed_at, kind), (stopped_at, kind)]
     train.train(toy_config(tmp_path / "ref", **TINY), sampler=sampler)
     assert_same_metrics(read_jsonl(metrics), read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
     assert read_jsonl(run_dir / "eval_records.jsonl") == read_jsonl(tmp_path / "ref" / "eval_records.jsonl")
@@ -142,6 +150,8 @@ def test_sigterm_in_process_resume_with_reference_refresh(tmp_path, sampler):
     rows = train.train({**cfg, "resume": True}, sampler=sampler)
     assert checkpoint.STOP["signal"] is None
     assert [r["update"] for r in rows] == [4, 5, 6]
+    sessions = read_json(tmp_path / "run" / "run_info.json")["sessions"]
+    assert [s["start_update"] for s in sessions] == [0, 3]
     train.train(toy_config(tmp_path / "ref", **kw), sampler=sampler)
     assert_same_metrics(read_jsonl(tmp_path / "run" / "metrics.jsonl"),
                         read_jsonl(tmp_path / "ref" / "metrics.jsonl"))

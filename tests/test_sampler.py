@@ -210,3 +210,40 @@ def test_onednn_linears_fall_back_where_the_op_is_missing(monkeypatch):
     assert learner.onednn_linear_works()  # this machine's torch has it
     learner.use_onednn_linears(layer)
     assert type(layer) is learner.OneDNNLinear
+
+
+def test_a_cpu_learner_gets_its_threads_back_whatever_device_the_engine_is_on(tmp_path, monkeypatch):
+    """vLLM sets torch to 1 thread when its engine starts (on a GPU, on purpose, for serving): a
+    learner on the CPU (device=cpu, or rehearse_gpu_path.py's) gets its threads back even when a
+    GPU is present; a GPU learner leaves vLLM's choice. torch's thread count and the engine are
+    stand-ins here (no engine starts), the device is a monkeypatched torch.cuda.is_available."""
+    threads = {"n": 8}
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: threads.update(n=n))
+
+    class FakeLLM:  # what matters of vllm.LLM here: it takes torch's threads
+        def __init__(self, **kwargs):
+            threads["n"] = 1
+
+        def get_tokenizer(self):
+            return None
+
+    fake_vllm = type(sys)("vllm")
+    fake_vllm.LLM = FakeLLM
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for learner_device, after in (("cpu", 8), ("cuda", 1), (None, 1)):
+        threads["n"] = 8
+        rollout.Sampler(str(tmp_path), learner_device=learner_device)
+        assert threads["n"] == after, learner_device
+    # make_sampler passes the learner's device: device=cpu on a GPU host
+    cfg = toy_config(tmp_path, sampler="vllm", device="cpu")
+    threads["n"] = 8
+    assert rollout.make_sampler(cfg).kind == "vllm" and threads["n"] == 8
+    threads["n"] = 8
+    rollout.make_sampler({**cfg, "device": "auto"})  # the GPU learner: vLLM's 1 thread stays
+    assert threads["n"] == 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # no GPU: a CPU learner
+    threads["n"] = 8
+    rollout.make_sampler({**cfg, "device": "auto"})
+    assert threads["n"] == 8
