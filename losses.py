@@ -423,6 +423,12 @@ def ds_mask(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return (tok * keep * mask).sum() / n, A.detach(), extra
 
 
+# ---- issue 31, part 1 ----
+
+
+# ---- issue 31, part 2 ----
+
+
 def k3(logp, behavior_logp, mask):
     """Token-mean over mask of (rho - 1) - log rho, rho = exp(logp - behavior_logp), detached:
     an estimate of KL(behavior || learner) (Schulman, 2020). Padding positions are ignored."""
