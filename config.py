@@ -118,6 +118,11 @@ def validate(cfg: dict) -> None:
         (cfg["logits_chunk_mib"] >= 0, "logits_chunk_mib must be >= 0 (0: no chunks)"),
         (cfg["behavior_logp"] in ("engine", "learner"),
          f"behavior_logp must be engine or learner, got {cfg['behavior_logp']!r}"),
+        (cfg["loss"] not in losses.LOSSES or not losses.reads_old_logp(cfg["loss"])
+         or cfg["behavior_logp"] == "engine",
+         f"{cfg['loss']} reads the engine's log-probs and the learner's (old_logp) of each token: "
+         f"behavior_logp=learner replaces the engine's, so their mismatch would read 1; use "
+         f"behavior_logp=engine"),
         (all(isinstance(s, str) and s for s in cfg["stop_strings"]),
          f"stop_strings must be a list of non-empty strings, got {cfg['stop_strings']!r}"),
         (len(digits) > 0 and all(isinstance(d, int) and d >= 1 for d in digits)

@@ -386,6 +386,22 @@ def rollout_logp(cfg: dict, model, rollouts: list, pad_id: int) -> list:
     return out
 
 
+def response_grad_sq(cfg: dict, model, rollouts: list, pad_id: int) -> torch.Tensor:
+    """Per rollout, ||grad_theta sum_t log pi(y_t)||^2 under `model` at the sampling temperature
+    and the learner's autocast: [B] float64, one forward and one backward pass per response
+    (VCPO's baseline weighs each response by it). The gradients are read and dropped; p.grad
+    is left as it was."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    out, chunk = [], chunk_tokens(cfg, model)
+    for r in rollouts:
+        with autocast(cfg):
+            logp, mask, _ = response_logp(model, model_inputs(model, [r], pad_id), chunk_tokens=chunk,
+                                          temperature=cfg["temperature"])
+        grads = torch.autograd.grad((logp * mask).sum(), params, allow_unused=True)
+        out.append(sum(g.double().pow(2).sum() for g in grads if g is not None))
+    return torch.stack(out)
+
+
 def ragged(logp, rollouts: list) -> list:
     """[B, T] response log-probs as one list of floats per rollout, padding dropped."""
     return [row[:len(r.response_ids)] for row, r in zip(logp.tolist(), rollouts)]
@@ -403,10 +419,14 @@ def fresh_behavior(cfg: dict, model, batch, pad_id: int) -> dict:
 
 def adopt_learner_view(cfg: dict, rollouts: list, learner_logp: list) -> None:
     """behavior_logp=learner: the rollouts' behavior log-probs become `learner_logp`, their
-    tokens' log-probs under the learner holding the weights that sampled them."""
-    if cfg["behavior_logp"] == "learner":
-        for r, lp in zip(rollouts, learner_logp):
+    tokens' log-probs under the learner holding the weights that sampled them. An objective
+    that reads them beside the engine's (losses.reads_old_logp: icepop) keeps them as old_logp."""
+    keep_old = losses.reads_old_logp(cfg["loss"])
+    for r, lp in zip(rollouts, learner_logp):
+        if cfg["behavior_logp"] == "learner":
             r.behavior_logp = lp
+        if keep_old:
+            r.old_logp = lp
 
 
 def engine_mismatch(engine_logp: list, learner_logp: list) -> dict:

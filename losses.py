@@ -13,24 +13,28 @@ coefficient and per-token weighting, and one learning rate means the same step s
 
 One optimizer step per rollout batch: the "old"/proximal policy of PPO-style methods is the
 learner itself (its ratio is 1 in value), so every correction is a ratio against the sampler,
-rho = exp(l - b). The corrections (grpo_mis, icepop, grpo_tis_seq, grpo_mis_seq, m2po) are GRPO's
-coefficient A_i times a detached per-token weight w_{i,t} (0 = masked):
+rho = exp(l - b). The corrections (grpo_mis, icepop_primerl, grpo_tis_seq, grpo_mis_seq, m2po,
+cispo, topr, vespo) are GRPO's coefficient A_i times a detached per-token weight w_{i,t} (0 =
+masked):
 
     loss = -(1/n) sum_{i,t} mask A_i w_{i,t} exp(l - sg(l)),   dL/dl_{i,t} = -A_i w_{i,t} / n;
 
-gspo and ds_mask are PPO clips against the sampler. DESIGN.md lists the references and the
-equivalences (CISPO, decoupled PPO, RLOO, PPO against the sampler).
+gspo, ds_mask, ds_v32 and icepop are PPO clips (icepop's against the learner's own log-probs of
+the sampling weights, ``old_logp``), gmpo a clipped geometric mean, sapo a smooth gate, kimi a
+squared log-ratio penalty. DESIGN.md lists the references and the equivalences (decoupled PPO,
+RLOO, PPO against the sampler).
 
 Entry point (what train.py calls)::
 
     loss, metrics = compute_loss(name, logp=, behavior_logp=, ref_logp=, mask=, rewards=,
-                                 group_size=m, batch_stats=None, **hparams)
+                                 group_size=m, batch_stats=None, old_logp=None, **hparams)
 
 ``name`` is a key of ``LOSSES``; ``hparams`` keys are those of ``DEFAULTS`` (the one place
 the hyperparameter defaults live; configs/defaults.yaml repeats them and a test keeps the two
-equal). ``batch_stats``: statistics of the whole rollout batch that m2po and gspo read
+equal). ``batch_stats``: statistics of the whole rollout batch that m2po, gspo and gmpo read
 (``batch_stats()``); None: computed from this call's tensors, which is right when the call holds
-the whole batch and wrong for one micro-batch of several. ``metrics`` is a dict of Python
+the whole batch and wrong for one micro-batch of several. ``old_logp``: the learner's log-probs
+of the tokens under the weights that sampled them, for icepop (``reads_old_logp``). ``metrics`` is a dict of Python
 floats: loss, k3, coef_correct_sum, coef_abs_mean, the IS health of every objective
 (is_log_ratio_mean, is_ratio_min, is_ratio_max, is_chi2_token, is_chi2_seq,
 is_seq_log_ratio_max; ``is_health``), and each objective's own: clip_frac where a clip can act
@@ -46,7 +50,8 @@ label=..., batch_stats=None)``, and has the signature
 with ``coef`` the detached per-response coefficient [B] and ``extra`` a dict of scalar
 tensors. They expect what compute_loss hands them: mask a float 0/1 tensor, padding positions
 of every [B, T] input set to 0, behavior/ref detached, ``hp`` the full hyperparameter dict
-(with the batch statistics merged in, for objectives that declare them).
+(with the batch statistics merged in, for objectives that declare them, and ``old_logp`` for
+those that read it).
 """
 import math
 from dataclasses import dataclass
@@ -58,7 +63,17 @@ DEFAULTS = {"beta": 0.01, "clip_low": 0.2, "clip_high": 0.2, "tis_cap": 2.0,
             "grpo_anchor": "proximal", "ggpo_variant": "detached",
             "mis_low": 0.0, "mis_high": 5.0, "icepop_low": 0.5, "icepop_high": 5.0,
             "tis_seq_cap": 2.0, "mis_seq_cap": 3.0, "gspo_eps_low": 3e-4, "gspo_eps_high": 4e-4,
-            "m2_threshold": 0.04, "ds_mask_delta": 0.5}
+            "m2_threshold": 0.04, "ds_mask_delta": 0.5,
+            # issue 31, part 1 (DESIGN.md: where the references disagree)
+            "m2_tokens": "trust_region", "ds_kl_beta": 0.001,
+            "cispo_eps_low": 1.0, "cispo_eps_high": 4.0, "sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05,
+            "gmpo_eps": 0.4, "topr_positive_weight": 1.0, "topr_negative_weight": 1.0,
+            "kimi_tau": 0.1, "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0,
+            "vespo_lambda_neg": 2.0,
+            # issue 31, part 2 (each docstring: where the references disagree)
+            "gepo_eps": 0.2, "a3po_alpha": None, "dppo_delta": 0.2, "dppo_rho_cap": 3.0,
+            "geo_rs_low": 0.999, "geo_rs_high": 1.001, "k3_rs_threshold": 0.01, "k3_rs_clip_c": 3.0,
+            "vcpo_is_cap": 8.0}
 
 
 @dataclass(frozen=True)
@@ -69,19 +84,43 @@ class Objective:
     batch_stats: Callable = None  # (logp, behavior_logp, mask, hp) -> {key: float} of the whole
                                   #   rollout batch, merged into hp (m2po, gspo); None: none needed
     stats_read_logp: bool = True  # batch_stats reads the log-probs (m2po), not just the mask (gspo)
+    stats_read_rewards: bool = False  # batch_stats reads hp["rewards"], hp["group_size"] (m2po's
+                                      #   trust region is signed by the advantage)
+    reads_old_logp: bool = False  # reads hp["old_logp"]: the learner's log-probs of each token
+                                  #   under the weights that sampled it (icepop)
+    needs_grad_sq: bool = False   # reads hp["response_grad_sq"]: ||grad_theta sum_t logp||^2 of each
+                                  #   response, which the trainer measures (vcpo's baseline)
 
 
 LOSSES = {}  # name -> Objective, in registration order (the order of every figure's legend)
 
 
-def register(name, *, needs_ref, label, batch_stats=None, stats_read_logp=True):
+def register(name, *, needs_ref, label, batch_stats=None, stats_read_logp=True,
+             stats_read_rewards=False, reads_old_logp=False, needs_grad_sq=False):
     """Register the decorated function as objective ``name`` (the config's ``loss``)."""
     def add(fn):
         if name in LOSSES:
             raise ValueError(f"objective {name!r} is registered twice")
-        LOSSES[name] = Objective(fn, needs_ref, label, batch_stats, stats_read_logp)
+        LOSSES[name] = Objective(fn, needs_ref, label, batch_stats, stats_read_logp,
+                                 stats_read_rewards, reads_old_logp, needs_grad_sq=needs_grad_sq)
         return fn
     return add
+
+
+def reads_old_logp(name):
+    """True when objective ``name`` reads ``old_logp`` (icepop): the learner's log-probs of each
+    token under the weights that sampled it, pi_train(theta_old), beside the engine's
+    ``behavior_logp``, pi_infer(theta_old). The trainer keeps them only for these objectives."""
+    _check_name(name)
+    return LOSSES[name].reads_old_logp
+
+
+def needs_grad_sq(name):
+    """True when objective ``name`` reads ``response_grad_sq`` (vcpo): per response the squared
+    norm of the gradient of its log-prob, ||grad_theta sum_t logp||^2, which the trainer
+    measures with one backward pass per response (learner.response_grad_sq)."""
+    _check_name(name)
+    return LOSSES[name].needs_grad_sq
 
 
 def needs_ref(name):
@@ -270,13 +309,55 @@ def grpo_mis(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
                             hp["mis_low"], hp["mis_high"])
 
 
-@register("icepop", needs_ref=False, label="IcePop")
+@register("icepop", needs_ref=False, label="IcePop (Ring-1T)", reads_old_logp=True)
 def icepop(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
-    r"""IcePop (Ling team's token masking of training-inference mismatch; verl's preset bounds):
+    r"""IcePop as the Ring-1T report publishes it (Ling team, arXiv 2510.18855, Sec. IcePop; its
+    blog ringtech.notion.site/icepop; TRL's paper index, "Masked Importance Sampling", and slime's
+    ``loss.py`` ``icepop_function`` write the same): the train/infer mismatch AT THE SAMPLING
+    WEIGHTS masks PPO's clipped surrogate,
 
-        w_{i,t} = rho_{i,t} 1[icepop_low <= rho_{i,t} <= icepop_high],  dL/dl_{i,t} = -w A_i / n.
-    The same masked token IS as grpo_mis, with a lower bound: tokens the learner now finds
-    much less likely than the sampler did (rho < 0.5) are dropped too.
+        k_{i,t} = pi_train(y_t; theta_old) / pi_infer(y_t; theta_old) = exp(o - b)  (detached),
+        M(k) = k 1[icepop_low <= k <= icepop_high],   r_{i,t} = exp(l - o)  (with gradient),
+        loss = -(1/n) sum_{i,t} mask M(k_{i,t}) min(r A_i, clip(r, 1-eps_l, 1+eps_h) A_i),
+    so dL/dl_{i,t} = -M(k) r A_i / n where the clip is inactive, else 0.
+    In this loop theta_old is the sampler's weights (version t-1-N) and both sides exist:
+    b = ``behavior_logp`` is the engine's log-prob (pi_infer(theta_old)); o = ``old_logp`` is
+    the learner's log-prob of the same token with the same weights, computed when the batch was
+    sampled (learner.fresh_behavior; for a fresh batch, N = 0, the training forward pass), i.e.
+    PPO's recomputed old log-prob pi_train(theta_old). So k is the engine-vs-learner numerical
+    mismatch alone (what engine_k3 measures; ~1 on the CPU toy in float32, where the mask then
+    never acts) and the staleness is in r, which PPO's clip bounds against the sampler's
+    weights. With ``behavior_logp: learner`` b = o and k = 1 (config.py refuses it).
+    Band [0.5, 5]: the IcePop blog's alpha, beta (quoted as the report's by rllm's icepop loss
+    and TRL's IcePop test); prime-rl (0.2, 5), open-instruct ([1/beta, beta]) and a NeMo-RL fork
+    ([0.5, 2]) quote others. The report normalizes per response (1/G sum_i 1/|y_i|); here the
+    lab's token-mean. Metrics: is_masked_frac (k outside the band), is_weight_mean / is_ess of
+    M(k), clip_frac (kept tokens whose PPO clip is active).
+    """
+    old = hp["old_logp"]
+    A = _grpo_advantages(rewards, group_size)
+    k = torch.exp(old - behavior_logp)
+    w = torch.where((k >= hp["icepop_low"]) & (k <= hp["icepop_high"]), k, 0.0) * mask
+    tok, clipped = _clipped_surrogate(logp, old, A[:, None], hp["clip_low"], hp["clip_high"])
+    n = mask.sum()
+    extra = {"clip_frac": (clipped * (w > 0) * mask).sum() / n, **_weight_health(w, mask, can_mask=True)}
+    return (w * tok * mask).sum() / n, A.detach(), extra
+
+
+@register("icepop_primerl", needs_ref=False, label="IcePop (prime-rl form)")
+def icepop_primerl(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""IcePop in the form prime-rl quotes (INTELLECT-3 technical report, arXiv 2512.16144, eq. 1;
+    prime-rl PRs #2401 and #3526): the mask on the ratio of the CURRENT learner to the sampler,
+    no PPO clip,
+
+        w_{i,t} = rho_{i,t} 1[icepop_low <= rho_{i,t} <= icepop_high],  rho = exp(l - b) detached,
+        dL/dl_{i,t} = -w A_i / n.
+    The same masked token IS as grpo_mis, with a lower bound: tokens the learner now finds much
+    less likely than the sampler did (rho < 0.5) are dropped too. At one update per batch rho
+    holds the staleness and the engine mismatch together. The band is icepop's [0.5, 5]
+    (prime-rl's own default is 0.2, 5: kept equal here so that the two forms differ only in
+    form). This function was ``icepop`` before issue 31: the leaderboard's earlier icepop runs
+    are runs of this objective.
     """
     return _token_masked_is(logp, behavior_logp, mask, rewards, group_size,
                             hp["icepop_low"], hp["icepop_high"])
@@ -370,45 +451,79 @@ def m2po_cutoff(sq, mask, threshold):
     return math.inf if k == 0 else float(v[k - 1])
 
 
+def _m2po_region(logp, behavior_logp, mask, rewards, group_size, tokens):
+    """The tokens M2PO's rule runs over, [B, T] 0/1: ``trust_region`` (the paper's Algorithm 1,
+    line 2, as the authors' ``_get_trust_region_tokens_delta_sq`` defines them: (A_i > 0 and
+    rho > 1) or (A_i < 0 and rho < 1), tokens of zero advantage left out) or ``all``."""
+    if tokens == "all":
+        return mask
+    A = _grpo_advantages(rewards, group_size)[:, None]
+    ell = logp.detach() - behavior_logp
+    return (((A > 0) & (ell > 0)) | ((A < 0) & (ell < 0))).to(mask.dtype) * mask
+
+
 def _m2po_stats(logp, behavior_logp, mask, hp):
     sq = (logp.detach() - behavior_logp) ** 2
-    return {"m2_cutoff": m2po_cutoff(sq, mask, hp["m2_threshold"])}
+    region = _m2po_region(logp, behavior_logp, mask, hp["rewards"], hp["group_size"], hp["m2_tokens"])
+    return {"m2_cutoff": m2po_cutoff(sq, region, hp["m2_threshold"])}
 
 
-@register("m2po", needs_ref=False, label="M2PO", batch_stats=_m2po_stats)
+@register("m2po", needs_ref=False, label="M2PO", batch_stats=_m2po_stats, stats_read_rewards=True)
 def m2po(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
-    r"""M2PO (Zheng, Zhao and Chen, 2025, "Prosperity before Collapse"), the paper's Algorithm 1
-    against the sampler: over all response tokens of the rollout batch, drop the tokens of
-    largest ell^2 one by one until M2 = mean of ell^2 over the tokens left <= m2_threshold
-    (m2po_cutoff; the rule is a property of the whole batch: its cutoff is a batch statistic),
+    r"""M2PO (Zheng, Zhao and Chen, 2025, "Prosperity before Collapse", arXiv 2510.01161), the
+    paper's Algorithm 1 against the sampler. ``m2_tokens: trust_region`` (default, the paper):
+    T = the trust-region tokens of the rollout batch, (A_i > 0, rho > 1) or (A_i < 0, rho < 1)
+    (the authors' Infini-AI-Lab/M2PO, verl/trainer/ppo/core_algos.py,
+    ``_get_trust_region_tokens_delta_sq``; A_i = 0 left out); drop from T the tokens of largest
+    ell^2 one by one while M2 = mean of ell^2 over the tokens left in T > m2_threshold
+    (m2po_cutoff; a property of the whole batch: its cutoff is a batch statistic). Every token
+    outside T keeps its weight, so the tokens that pull the learner back toward the sampler are
+    never dropped. ``m2_tokens: all``: the same rule over every response token (AReaL's
+    ``actor.m2_threshold``, areal/trainer/ppo/actor.py ``_apply_m2po_masking``; this
+    objective's rule before issue 31). Either way
 
-        w_{i,t} = rho_{i,t} 1[ell_{i,t}^2 < cutoff],  dL/dl_{i,t} = -w_{i,t} A_i / n  (no ratio clip).
-    The paper's repository (Infini-AI-Lab/M2PO, on verl) caps instead of dropping: over the
-    "harmful" tokens only ((A > 0, rho > 1) or (A < 0, rho < 1)) it solves for tau such that
-    capping |ell| at tau brings their M2 to the budget, turns tau into PPO clip bounds
-    [exp(-tau), exp(tau)] no tighter than [0.7, 1.5], and does so per micro-batch. AReaL
-    (``m2_threshold``) drops as here (strict <, keeping at least one token) but on
-    ell = proximal - behavior, per micro-batch, inside decoupled PPO; at one update per batch
-    its proximal policy is the learner, as here.
-    Metric m2po_m2: M2 before dropping, mean ell^2 over all response tokens.
+        w_{i,t} = rho_{i,t} (1 - 1[t in T] 1[ell_{i,t}^2 >= cutoff]),  dL/dl_{i,t} = -w A_i / n
+    (no ratio clip). At one update per batch the paper's old policy is the sampler: rho =
+    exp(l - b). The authors' repository implements the budget as an ADAPTIVE CLIP, not a mask
+    (``kpo_clip_harmful_tokens`` / ``compute_m2po_policy_loss``): over T it solves for tau with
+    sum_T min(ell^2, tau^2) = m2_threshold |T| and runs PPO's clip with bounds [exp(-tau),
+    exp(tau)] (``miniclip_low/high`` floors, unset in its scripts), per micro-batch, against the
+    learner's log-probs recomputed when the batch was sampled. PPO's clip zeroes exactly the
+    gradient of the tokens of T with |ell| > tau and no other, so it is this mask with another
+    cutoff: the clipped tokens count at tau^2 in its M2 instead of leaving it, which keeps a set
+    that also meets Algorithm 1's budget and so drops at least as many tokens. Judged the same
+    method (not registered twice). AReaL drops as here (strict <, keeping at least one token)
+    but on ell = proximal - behavior, per micro-batch, inside decoupled PPO; at one update per
+    batch its proximal policy is the learner, as here.
+    Metric m2po_m2: M2 before dropping, mean ell^2 over the tokens the rule runs over (nan when
+    there are none); m2po_region_frac: their share of the response tokens.
     """
     ell = logp.detach() - behavior_logp
     sq = ell ** 2
-    w = torch.where(sq < hp["m2_cutoff"], torch.exp(ell), 0.0) * mask
+    region = _m2po_region(logp, behavior_logp, mask, rewards, group_size, hp["m2_tokens"])
+    dropped = region * (sq >= hp["m2_cutoff"])
+    w = torch.exp(ell) * (1 - dropped) * mask
     loss, A = _weighted_pg(logp, rewards, group_size, mask, w)
-    return loss, A, {"m2po_m2": (sq * mask).sum() / mask.sum(), **_weight_health(w, mask, can_mask=True)}
+    n = mask.sum()
+    return loss, A, {"m2po_m2": (sq * region).sum() / region.sum(), "m2po_region_frac": region.sum() / n,
+                     **_weight_health(w, mask, can_mask=True)}
 
 
-@register("ds_mask", needs_ref=False, label="PPO+OPSM")
+@register("ds_mask", needs_ref=False, label="PPO+OPSM (δ 0.5, TRL's)")
 def ds_mask(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
-    r"""DeepSeek-V3.2's off-policy sequence masking (TRL ``off_policy_mask_threshold``) on PPO's
-    clip against the sampler (``grpo`` with ``grpo_anchor: behavior``):
+    r"""DeepSeek-V3.2's off-policy sequence masking (arXiv 2512.02556; TRL
+    ``off_policy_mask_threshold``, grpo_trainer.py ``get_off_policy_mask``) on PPO's clip
+    against the sampler (``grpo`` with ``grpo_anchor: behavior``):
 
         rho = exp(l - b) (with gradient), drop_i = A_i < 0 and mean_t(b - l)_{i,t} > ds_mask_delta,
         loss = -(1/n) sum_{i,t} mask (1 - drop_i) min(rho A_i, clip(rho, 1-eps_l, 1+eps_h) A_i),
     so dL/dl_{i,t} = -rho A_i (1 - drop_i) / n where the clip is inactive, else 0.
-    TRL keeps A_i >= 0 and measures the KL against the sampler's log-probs, as here; DeepSeek
-    states it for the PPO ratio against the sampling policy (their "old" policy).
+    ds_mask_delta = 0.5 is TRL's suggested starting point (its paper index: "the paper doesn't
+    specify a delta value used"); DeepSeek gives none. TRL keeps A_i >= 0 and measures the KL
+    against the sampler's log-probs, as here; DeepSeek states it for the PPO ratio against the
+    sampling policy (their "old" policy: the inference framework's probabilities). This is the
+    mask alone, as TRL offers it; DeepSeek's whole objective, with its importance-corrected K3
+    term, is ``ds_v32``.
     Metrics: is_masked_frac = share of response tokens in dropped responses; clip_frac =
     share of response tokens clipped among the kept ones.
     """
@@ -421,6 +536,460 @@ def ds_mask(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     extra = {"clip_frac": (clipped * keep * mask).sum() / n,
              "is_masked_frac": ((1 - keep) * mask).sum() / n}
     return (tok * keep * mask).sum() / n, A.detach(), extra
+
+
+# ---- issue 31, part 1 ----
+
+
+@register("ds_v32", needs_ref=True, label="DeepSeek-V3.2 (OPSM + K3)")
+def ds_v32(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""DeepSeek-V3.2's GRPO objective (arXiv 2512.02556, Sec. 3, "Unbiased KL Estimate" and
+    "Off-Policy Sequence Masking"; TRL ``use_bias_correction_kl`` with
+    ``off_policy_mask_threshold``): ``ds_mask`` plus the K3 estimate of KL(pi_theta || pi_ref)
+    corrected by the ratio to the sampling policy, which at one update per batch is rho:
+
+        k3_ref = exp(R - l) - (R - l) - 1   (R = ref_logp; Schulman's K3),
+        loss = ds_mask's loss + ds_kl_beta (1/n) sum_{i,t} mask rho_{i,t} k3_ref_{i,t},
+    rho = exp(l - b) with gradient, so the K3 term adds ds_kl_beta rho (l - R) / n to
+    dL/dl_{i,t}: an importance-weighted gradient of KL(pi_theta || pi_ref), unbiased under mu.
+    The mask acts on the surrogate only, not on the KL term (the report's J; TRL likewise).
+    DeepSeek sets the KL weight per domain and writes that a weak one or none can do better
+    in some domains, without a value: ds_kl_beta = 0.001 is TRL's (taken from DeepSeek-R1).
+    At logp == behavior_logp == ref_logp it is GRPO. Metrics: ds_mask's, and ds_kl = the
+    corrected estimate, mean over response tokens of rho k3_ref.
+    """
+    loss, A, extra = ds_mask(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp)
+    d = ref_logp - logp
+    kl = torch.exp(logp - behavior_logp) * (torch.exp(d) - d - 1)
+    n = mask.sum()
+    return loss + hp["ds_kl_beta"] * (kl * mask).sum() / n, A, {**extra, "ds_kl": (kl.detach() * mask).sum() / n}
+
+
+@register("cispo", needs_ref=False, label="CISPO")
+def cispo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""CISPO (MiniMax-M1, arXiv 2506.13585) against the sampler (verl core_algos.py
+    ``compute_policy_loss_cispo``; TRL ``loss_type="cispo"``): the clipped IS weight is
+    detached and multiplies the REINFORCE term, so no token loses its gradient,
+
+        w_{i,t} = sg(clip(rho_{i,t}, 1 - cispo_eps_low, 1 + cispo_eps_high)),  rho = exp(l - b),
+        dL/dl_{i,t} = -w A_i / n.
+    Defaults: cispo_eps_low = 1 (lower bound 0: none, as the paper, which leaves it unbounded),
+    cispo_eps_high = 4 (a cap of 5: TRL's recommended epsilon_high = 5.0 for CISPO from
+    ScaleRL, where TRL's epsilon_high is the cap itself, clamp(rho, max=epsilon_high); verl
+    clamps at 1 + clip_ratio_high). At these defaults CISPO is grpo_tis with tis_cap = 5.
+    At one update per batch verl's old policy is the sampler (bypass mode) and so is rho here.
+    clip_frac: share of response tokens whose weight was clipped.
+    """
+    rho = torch.exp(logp.detach() - behavior_logp)
+    w = rho.clamp(1 - hp["cispo_eps_low"], 1 + hp["cispo_eps_high"])
+    loss, A = _weighted_pg(logp, rewards, group_size, mask, w)
+    n = mask.sum()
+    return loss, A, {"clip_frac": ((w != rho) * mask).sum() / n, **_weight_health(w, mask, can_mask=False)}
+
+
+@register("sapo", needs_ref=False, label="SAPO")
+def sapo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""SAPO (Qwen, "Soft Adaptive Policy Optimization", arXiv 2511.20347) against the sampler
+    (verl core_algos.py ``compute_policy_loss_sapo``; TRL ``loss_type="sapo"``): a smooth gate
+    in place of PPO's clip,
+
+        r = exp(clamp(l - b, -20, 20)) (with gradient),  tau_i = sapo_tau_pos if A_i > 0 else sapo_tau_neg,
+        f(r) = sigmoid(tau_i (r - 1)) 4 / tau_i,   loss = -(1/n) sum_{i,t} mask f(r_{i,t}) A_i,
+    so dL/dl_{i,t} = -A_i 4 s (1 - s) r / n with s = sigmoid(tau_i (r - 1)): the weight is 1 at
+    r = 1 (GRPO's gradient) and decays on both sides, faster for negative advantages
+    (tau_neg 1.05 > tau_pos 1.0, the defaults of verl and TRL). Normalization: the lab's
+    token-mean (TRL's default ``loss_type`` for its other losses); verl forces
+    seq-mean-token-mean, as the paper writes. At one update per batch r is against the sampler.
+    Metrics: is_weight_mean / is_ess of the effective weight 4 s (1 - s) r.
+    """
+    A = _grpo_advantages(rewards, group_size)[:, None]
+    tau = torch.where(A > 0, A.new_tensor(hp["sapo_tau_pos"]), A.new_tensor(hp["sapo_tau_neg"]))
+    r = torch.exp((logp - behavior_logp).clamp(-20.0, 20.0))
+    s = torch.sigmoid(tau * (r - 1))
+    n = mask.sum()
+    w = (4 * s * (1 - s) * r).detach()
+    return -(s * 4 / tau * A * mask).sum() / n, A.view(-1).detach(), _weight_health(w, mask, can_mask=False)
+
+
+@register("gmpo", needs_ref=False, label="GMPO", batch_stats=_gspo_stats, stats_read_logp=False)
+def gmpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""GMPO (Geometric-Mean Policy Optimization, arXiv 2507.20673) against the sampler (verl
+    core_algos.py ``compute_policy_loss_geo_mean``, loss_mode ``geo_mean``): the geometric mean
+    of the token ratios, each clipped in log space on the side the advantage's sign makes harmful,
+
+        ell = l - b (with gradient),  c_{i,t} = sgn(A_i) min(sgn(A_i) ell, sgn(A_i) clip(ell, -eps, eps)),
+        s_i = exp(mean_t c_{i,t}),    loss = -(1/B) sum_i A_i s_i,
+    so dL/dl_{i,t} = -A_i s_i / (B |y_i|), and 0 on the tokens clipped: (A_i > 0, ell > eps) or
+    (A_i < 0, ell < -eps). eps = gmpo_eps = 0.4 (GMPO's clip range (e^-0.4, e^0.4), verl's
+    example clip_ratio_low = clip_ratio_high = 0.4; one symmetric key here). B = responses in
+    the batch; written as a token-mean with the whole batch's n/B (gspo_len_mean, a batch
+    statistic) so micro-batches add up to the full batch. With equal lengths and ell = 0 the
+    gradient is GRPO's. At one update per batch verl's old policy is the sampler (bypass mode).
+    clip_frac: share of response tokens clipped.
+    """
+    A = _grpo_advantages(rewards, group_size)[:, None]
+    sgn = torch.sign(A)
+    ell = logp - behavior_logp
+    c = sgn * torch.minimum(sgn * ell, sgn * ell.clamp(-hp["gmpo_eps"], hp["gmpo_eps"]))
+    lengths = mask.sum(1, keepdim=True).clamp(min=1)
+    s = torch.exp((c * mask).sum(1, keepdim=True) / lengths)
+    e = ell.detach()
+    clipped = ((A > 0) & (e > hp["gmpo_eps"])) | ((A < 0) & (e < -hp["gmpo_eps"]))
+    n = mask.sum()
+    loss = -(A * s * hp["gspo_len_mean"]).sum() / n
+    return loss, A.view(-1).detach(), {"clip_frac": (clipped * mask).sum() / n}
+
+
+@register("topr", needs_ref=False, label="TOPR")
+def topr(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""TOPR (Tapered Off-Policy REINFORCE, arXiv 2503.14286) against the sampler, as ROLL writes
+    it (roll/pipeline/rlvr/actor_pg_worker.py ``_compute_topr_loss``): responses of positive
+    REWARD get the plain REINFORCE gradient, the others the IS weight truncated to [0, 1],
+
+        w_{i,t} = topr_positive_weight               if r_i > 0,
+                  topr_negative_weight min(rho, 1)   if r_i <= 0,     rho = exp(l - b) detached,
+        dL/dl_{i,t} = -w A_i / n.
+    The split is on the reward's sign (ROLL's ``scores > 0``), not the advantage's: with rewards
+    in {0, 1} the two agree on every group with a gradient, with other rewards they do not. The
+    paper weights the reward R itself; ROLL (and here) the advantage, GRPO's A_i here. At one
+    update per batch ROLL's old policy (recomputed or the engine's) is the sampler.
+    Metrics: is_weight_mean / is_ess of w; topr_trunc_frac = share of response tokens of
+    non-positive responses whose rho > 1 was truncated.
+    """
+    rho = torch.exp(logp.detach() - behavior_logp)
+    positive = (rewards > 0)[:, None]
+    w = torch.where(positive, hp["topr_positive_weight"], hp["topr_negative_weight"] * rho.clamp(max=1.0))
+    loss, A = _weighted_pg(logp, rewards, group_size, mask, w)
+    n = mask.sum()
+    return loss, A, {"topr_trunc_frac": ((~positive) & (rho > 1) & mask.bool()).sum() / n,
+                     **_weight_health(w, mask, can_mask=False)}
+
+
+@register("kimi", needs_ref=False, label="Kimi k1.5")
+def kimi(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""Kimi k1.5's policy optimization (arXiv 2501.12599, eq. 3) against the sampler, as ROLL
+    writes it (roll/pipeline/rlvr/actor_pg_worker.py ``_compute_kimi15_loss``): REINFORCE with
+    the group-mean baseline and a squared log-ratio penalty toward the sampler,
+
+        a_i = r_i - mean_group r   (k1.5's r - r_bar: no division by the std),
+        loss = (1/n) sum_{i,t} mask [-a_i exp(l - sg(l)) + (kimi_tau / 2) (l - b)^2],
+    so dL/dl_{i,t} = (-a_i + kimi_tau (l - b)) / n. It does NOT reduce to GRPO at logp ==
+    behavior_logp: the penalty's gradient vanishes there, but a_i is GRPO's A_i times the
+    group's std (+1e-6). ROLL applies the penalty per token, as here; the paper writes it on
+    the sequence log-ratio (log pi(y) / pi_theta_i(y))^2, pi_theta_i the iteration's policy:
+    at one update per batch, the sampler. kimi_tau = 0.1 is ROLL's ``kimi15_tau``.
+    Metric kimi_penalty: (kimi_tau / 2) mean over response tokens of (l - b)^2.
+    """
+    g = rewards.view(-1, group_size)
+    a = (g - g.mean(1, keepdim=True)).view(-1)[:, None]
+    ell = logp - behavior_logp
+    n = mask.sum()
+    penalty = hp["kimi_tau"] / 2 * ell ** 2
+    loss = ((-a * torch.exp(logp - logp.detach()) + penalty) * mask).sum() / n
+    return loss, a.view(-1).detach(), {"kimi_penalty": (penalty.detach() * mask).sum() / n}
+
+
+@register("vespo", needs_ref=False, label="VESPO")
+def vespo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""VESPO (arXiv 2602.10693) against the sampler (FloyedShen/VESPO recipe/vespo/code/
+    core_algos.py ``compute_policy_loss_vespo``; TRL grpo_trainer.py ``get_gamma_weights``): a
+    gamma-shaped weight of the SEQUENCE ratio, a product over tokens, on REINFORCE,
+
+        log w_i = clamp(sum_t clamp(ell_{i,t}, -20, 20), log 1e-8, 20),   ell = l - b,
+        phi_i = exp(lambda + k log w_i - lambda w_i)  (= e^lambda w^k e^{-lambda w}, phi(1) = 1),
+        (k, lambda) = (vespo_k_pos, vespo_lambda_pos) if A_i >= 0 else (vespo_k_neg, vespo_lambda_neg),
+        dL/dl_{i,t} = -phi_i A_i / n   (phi detached).
+    Defaults 2, 3, 3, 2: the recipe's code and TRL's (the recipe's docstring still lists 1.5,
+    4.0, 2.5 for three of them; its code is taken). Token-mean, the recipe's default
+    ``loss_agg_mode`` and TRL's. At one update per batch the ratio is against the sampler.
+    Metrics: is_weight_mean / is_ess of phi.
+    """
+    A = _grpo_advantages(rewards, group_size)[:, None]
+    log_w = ((logp.detach() - behavior_logp).clamp(-20.0, 20.0) * mask).sum(1, keepdim=True)
+    log_w = log_w.clamp(math.log(1e-8), 20.0)
+    pos = A >= 0
+    k = torch.where(pos, A.new_tensor(hp["vespo_k_pos"]), A.new_tensor(hp["vespo_k_neg"]))
+    lam = torch.where(pos, A.new_tensor(hp["vespo_lambda_pos"]), A.new_tensor(hp["vespo_lambda_neg"])).clamp(min=1e-4)
+    phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(0.0, 0.0, 0.0).expand_as(mask)
+    loss, A = _weighted_pg(logp, rewards, group_size, mask, phi)
+    return loss, A, _weight_health(phi, mask, can_mask=False)
+
+
+# ---- issue 31, part 2 ----
+
+def _seq_mean(x, mask):
+    """mean_t x_{i,t} over each response's tokens [B] (lengths clamped at 1)."""
+    return (x * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+
+@register("gepo", needs_ref=False, label="GEPO", batch_stats=_gspo_stats, stats_read_logp=False)
+def gepo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""GEPO (group expectation policy optimization; Zhang et al., 2025, "GEPO: Group Expectation
+    Policy Optimization for Heterogeneous Reinforcement Learning"), as the HeteroRL_GEPO learner
+    computes it (``src/open-r1/learner_script_checkpoint.py``, ``_compute_loss``, loss_type
+    "gepo"; its "old" log-probs are the sampler's, so it is already a ratio against the sampler):
+    per response the geometric-mean token probabilities of learner and sampler,
+
+        P_i = exp(mean_t l_{i,t}) (with gradient),   Q_i = exp(mean_t b_{i,t}),
+    the group expectation of Q under q_j = Q_j / sum_k Q_k, E_q[Q] = sum_j Q_j^2 / sum_j Q_j,
+    the group-expectation weight w_i = P_i / E_q[Q] and GSPO's sequence clip on it,
+
+        loss = -(1/B) sum_i min(w_i A_i, clip(w_i, 1 - gepo_eps, 1 + gepo_eps) A_i),
+        dL/dl_{i,t} = -w_i A_i / (B |y_i|), 0 where (A_i > 0, w_i > 1 + eps) or (A_i < 0, w_i < 1 - eps).
+    Written as a token-mean with the whole batch's n/B (``gspo_len_mean``, a batch statistic, as
+    gspo) so micro-batches add up. The code sums E_q[Q] over the rows of one call (its recipe:
+    per_device_train_batch_size 8 = num_generations 8, one group); here over the group, as the
+    paper. eps: TRL's epsilon 0.2 (the recipe sets none). Left out: the recipe's CPPO-KL term
+    (cppo_beta 0.005), a regularizer beside GEPO. At one update per batch nothing changes.
+    Not GRPO at logp == behavior_logp: w_i = Q_i / E_q[Q] != 1 unless the group's Q are equal,
+    so GEPO clips on-policy responses too, and each response is weighed 1/|y_i|.
+    Metrics: clip_frac = share of response tokens in clipped responses, is_weight_mean of w.
+    """
+    m = group_size
+    A = _grpo_advantages(rewards, m)[:, None]
+    lengths = mask.sum(1, keepdim=True).clamp(min=1)
+    mean_b = _seq_mean(behavior_logp, mask).view(-1, m)
+    # log E_q[Q] = log sum Q^2 - log sum Q, in log space (Q_i of long responses underflow)
+    log_e = (torch.logsumexp(2 * mean_b, 1, keepdim=True) - torch.logsumexp(mean_b, 1, keepdim=True))
+    w = torch.exp(_seq_mean(logp, mask)[:, None] - log_e.expand(-1, m).reshape(-1, 1))
+    lo, hi = 1.0 - hp["gepo_eps"], 1.0 + hp["gepo_eps"]
+    seq_loss = -torch.minimum(w * A, w.clamp(lo, hi) * A)
+    wd = w.detach()
+    clipped = (((A > 0) & (wd > hi)) | ((A < 0) & (wd < lo))).to(mask.dtype)
+    n = mask.sum()
+    loss = (seq_loss * (hp["gspo_len_mean"] / lengths) * mask).sum() / n
+    return loss, A.view(-1).detach(), {"clip_frac": (clipped * mask).sum() / n,
+                                       **_weight_health(wd.expand_as(mask), mask, can_mask=False)}
+
+
+def a3po_alpha(staleness):
+    """A-3PO's weight on the learner in the proximal policy of a batch of this staleness s
+    (learner version - sampler version): alpha = (s - 1) / s clamped to [0, 1], and 0 at s = 0
+    (AReaL ``compute_prox_logp_approximations``: v_prox = v_theta - 1, alpha = (v_prox - v_behave)
+    / (v_theta - v_behave), 0 where v_theta = v_behave). s = 1: 0 (the proximal is the sampler);
+    s -> inf: 1 (it approaches the learner)."""
+    return 0.0 if staleness <= 0 else min(1.0, max(0.0, (staleness - 1) / staleness))
+
+
+@register("a3po", needs_ref=False, label="A-3PO")
+def a3po(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""A-3PO (staleness-aware proximal policy approximation; AReaL, ``areal/trainer/ppo/actor.py``,
+    ``compute_prox_logp_approximations`` with ``prox_logp_method: loglinear``, inside
+    ``areal/utils/functional/functional.py`` ``ppo_actor_loss_fn``, decoupled PPO): the proximal
+    policy is not recomputed but interpolated in log space between the sampler and the learner,
+
+        log pi_prox = (1 - alpha) b + alpha sg(l),   alpha = a3po_alpha = a3po_alpha(s) (the loop),
+        r = exp(l - log pi_prox) (value rho^(1 - alpha)),  u = exp(log pi_prox - b) = rho^alpha,
+        w = u 1[mis_low <= u <= mis_high]   (AReaL's rejection_sampling: token, mask, upper 5),
+        loss = -(1/n) sum mask w min(r A_i, clip(r, 1 - eps_l, 1 + eps_h) A_i),
+        dL/dl_{i,t} = -rho A_i 1[w > 0] / n, 0 where (A_i > 0, r > 1 + eps_h) or (A_i < 0, r < 1 - eps_l).
+    alpha = 0 (s <= 1) is PPO's clip against the sampler; alpha -> 1 (s large) leaves the behavior
+    weight rho masked above mis_high with a clip that hardly acts, i.e. ``grpo_mis``. The
+    direction: alpha weighs the learner, so the proximal policy moves from the sampler to the
+    learner as the batch gets staler. At one update per batch AReaL's true proximal policy is the
+    learner itself (ratio 1); A-3PO places it one version behind the learner instead, which is
+    what makes it differ from decoupled PPO here. AReaL's example (gsm8k_grpo_prox_approx.yaml)
+    uses eps_clip 0.4; here clip_low / clip_high (0.2, AReaL's default). No dual clip (c_clip
+    defaults to None). a3po_alpha null (the default): set per batch by train.learn_or_skip.
+    Metrics: clip_frac (kept tokens clipped), is_weight_mean / is_masked_frac of w, a3po_alpha.
+    """
+    alpha = hp["a3po_alpha"]
+    if alpha is None:
+        raise ValueError("a3po needs a3po_alpha, the proximal policy's weight on the learner: "
+                         "train.learn_or_skip sets it per batch from its staleness "
+                         "(losses.a3po_alpha); pass a number in [0, 1] when calling compute_loss")
+    A = _grpo_advantages(rewards, group_size)
+    ell = logp.detach() - behavior_logp
+    prox = behavior_logp + alpha * ell
+    tok, clipped = _clipped_surrogate(logp, prox, A[:, None], hp["clip_low"], hp["clip_high"])
+    u = torch.exp(alpha * ell)
+    w = torch.where((u >= hp["mis_low"]) & (u <= hp["mis_high"]), u, 0.0)
+    n = mask.sum()
+    extra = {"clip_frac": (clipped * (w > 0) * mask).sum() / n,
+             **_weight_health(w, mask, can_mask=True), "a3po_alpha": logp.new_tensor(float(alpha))}
+    return (w * tok * mask).sum() / n, A.detach(), extra
+
+
+@register("dppo_tv", needs_ref=False, label="DPPO-TV")
+def dppo_tv(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""DPPO-Binary-TV (Qi et al., 2026, "Rethinking the Trust Region in LLM Reinforcement
+    Learning"; sail-sg/Stable-RL ``verl/trainer/ppo/core_algos.py``,
+    ``_compute_token_mask_for_policy_loss`` with loss_mode "dppo_binary_tv" and
+    ``compute_policy_loss_with_mask``): a trust region on the probability difference between the
+    learner and the sampler, one side per advantage sign,
+
+        d = exp(l) - exp(b),  invalid = d > dppo_delta if A_i > 0, else d < -dppo_delta,
+        w = sg(min(exp(min(ell, 20)), dppo_rho_cap)) (1 - invalid),
+        loss = -(1/n) sum mask A_i w exp(l - sg(l)),   dL/dl_{i,t} = -A_i w_{i,t} / n.
+    dppo_rho_cap is Stable-RL's ``clip_ratio_c`` read as a cap on the detached ratio (3.0, verl's
+    actor.yaml value; the function's own fallback is 10). dppo_delta: the config's clip_ratio_low
+    = clip_ratio_high = 0.2, also prime-rl's ``dppo_mask_low`` / ``dppo_mask_high``. prime-rl's
+    ``default_loss_fn`` differs: the ratio is not capped and carries the gradient (the same
+    gradient where rho <= cap) and it adds kl_tau (ell)^2, kl_tau = 1e-3; Stable-RL's form here.
+    Both are stated against the sampler; at one update per batch nothing changes.
+    Metrics: is_weight_mean / is_masked_frac (tokens outside the trust region).
+    """
+    A = _grpo_advantages(rewards, group_size)[:, None]
+    ell = logp.detach() - behavior_logp
+    d = torch.exp(logp.detach()) - torch.exp(behavior_logp)
+    invalid = torch.where(A > 0, d > hp["dppo_delta"], d < -hp["dppo_delta"])
+    w = torch.where(invalid, 0.0, torch.exp(ell.clamp(max=20.0)).clamp(max=hp["dppo_rho_cap"]))
+    loss, A = _weighted_pg(logp, rewards, group_size, mask, w)
+    return loss, A, _weight_health(w, mask, can_mask=True)
+
+
+@register("geo_rs", needs_ref=False, label="REINFORCE+Geo-RS")
+def geo_rs(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""verl's geometric rejection sampling with its bypass preset's REINFORCE loss
+    (``verl/trainer/config/algorithm.py`` ``RolloutCorrectionConfig.bypass_pg_geo_rs``:
+    rollout_is None, rollout_rs "seq_mean_k1", threshold "0.999_1.001", loss_type "reinforce";
+    ``verl/trainer/ppo/rollout_corr_helper.py`` ``compute_rollout_rejection_mask``,
+    ``core_algos.py`` ``compute_policy_loss_reinforce``): a response is kept only if the mean of
+    its token k1 = -ell (ell clamped to +-20) lies in [log geo_rs_low, log geo_rs_high], i.e. the
+    geometric mean of sampler / learner lies in [geo_rs_low, geo_rs_high]; no IS weight,
+
+        keep_i = log(geo_rs_low) <= mean_t(-ell_{i,t}) <= log(geo_rs_high),
+        loss = -(1/n) sum mask A_i keep_i exp(l - sg(l)),   dL/dl_{i,t} = -A_i keep_i / n.
+    verl divides by the kept tokens (the rejection mask becomes the loss mask); here by all n, as
+    every masking correction of this file. Bypass mode is already against the sampler; at one
+    update per batch nothing changes. Metrics: is_masked_frac (tokens of rejected responses).
+    """
+    k1_mean = _seq_mean(-(logp.detach() - behavior_logp).clamp(-20.0, 20.0), mask)[:, None]
+    keep = ((k1_mean >= math.log(hp["geo_rs_low"])) & (k1_mean <= math.log(hp["geo_rs_high"])))
+    w = keep.to(mask.dtype).expand_as(mask)
+    loss, A = _weighted_pg(logp, rewards, group_size, mask, w)
+    return loss, A, {"is_masked_frac": ((1 - w) * mask).sum() / mask.sum()}
+
+
+@register("k3_rs", needs_ref=False, label="PPO+K3-RS")
+def k3_rs(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""verl's K3 rejection sampling on PPO's clip against the sampler
+    (``verl/trainer/config/algorithm.py`` ``RolloutCorrectionConfig.bypass_ppo_clip_k3_rs``:
+    rollout_rs "seq_mean_k3", threshold 0.01, loss_type "ppo_clip" in bypass mode, old = the
+    sampler; ``rollout_corr_helper.py`` ``compute_rollout_rejection_mask``, ``core_algos.py``
+    ``compute_policy_loss_vanilla``, whose dual clip is part of it):
+
+        keep_i = mean_t (rho - 1 - ell)_{i,t} <= k3_rs_threshold   (ell clamped to +-20),
+        rho = exp(l - b) (with gradient), token loss -min(rho A, clip(rho, 1-eps_l, 1+eps_h) A),
+        for A_i < 0 capped at -k3_rs_clip_c A_i (verl's clip_ratio_c, 3: the dual clip),
+        dL/dl_{i,t} = -rho A_i keep_i / n where no clip acts, else 0.
+    verl clamps ell to +-20 inside the PPO ratio too; not here (past it the gradient is 0 or
+    ~0 either way). verl divides by the kept tokens; here by all n. At one update per batch
+    nothing changes (bypass mode is against the sampler).
+    Metrics: is_masked_frac (tokens of rejected responses), clip_frac (kept tokens clipped,
+    dual clip included).
+    """
+    A = _grpo_advantages(rewards, group_size)
+    Ac = A[:, None]
+    lr = (logp.detach() - behavior_logp).clamp(-20.0, 20.0)
+    keep = (_seq_mean(torch.exp(lr) - 1 - lr, mask) <= hp["k3_rs_threshold"]).to(mask.dtype)[:, None]
+    tok, clipped = _clipped_surrogate(logp, behavior_logp, Ac, hp["clip_low"], hp["clip_high"])
+    c = hp["k3_rs_clip_c"]
+    dual = (Ac < 0) & (torch.exp(logp.detach() - behavior_logp) > c)
+    tok = torch.where(Ac < 0, torch.minimum(tok, -Ac * c), tok)
+    n = mask.sum()
+    extra = {"clip_frac": ((clipped | dual) * keep * mask).sum() / n,
+             "is_masked_frac": ((1 - keep) * mask).sum() / n}
+    return (tok * keep * mask).sum() / n, A.detach(), extra
+
+
+def _tis_weights(logp, behavior_logp, cap):
+    """verl's token TIS weight min(exp(clamp(ell, -20, 20)), cap), detached."""
+    return torch.exp((logp.detach() - behavior_logp).clamp(-20.0, 20.0)).clamp(max=cap)
+
+
+def _snis_stats(logp, behavior_logp, mask, hp):
+    """The mean token TIS weight of the whole batch (snis's normalizer)."""
+    w = _tis_weights(logp, behavior_logp, hp["tis_cap"])
+    return {"snis_weight_mean": float((w * mask).sum() / mask.sum())}
+
+
+@register("snis", needs_ref=False, label="GRPO+SNIS", batch_stats=_snis_stats)
+def snis(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""Self-normalized token TIS: verl's ``rollout_is: token`` with
+    ``rollout_is_batch_normalize: true`` (``verl/trainer/ppo/rollout_corr_helper.py``,
+    ``compute_rollout_correction_weights``) in decoupled mode, where at one update per batch the
+    old policy is the learner (PPO ratio 1) and the weight is against the sampler:
+
+        v_{i,t} = min(exp(clamp(ell, -20, 20)), tis_cap),   vbar = mean of v over the batch's tokens,
+        w = v / vbar (w = v if vbar <= 1e-8),   dL/dl_{i,t} = -A_i w_{i,t} / n.
+    vbar is a statistic of the whole rollout batch (``snis_weight_mean``, batch_stats: verl takes
+    it over the batch the trainer holds, all ranks together), so micro-batches add up.
+    At logp == behavior_logp, v = 1 = vbar: GRPO.
+    Metrics: is_weight_mean / is_ess of w, tis_clip_frac (share of v at the cap), snis_norm (vbar).
+    """
+    v = _tis_weights(logp, behavior_logp, hp["tis_cap"])
+    vbar = hp["snis_weight_mean"]
+    w = v / vbar if vbar > 1e-8 else v
+    loss, A = _weighted_pg(logp, rewards, group_size, mask, w)
+    n = mask.sum()
+    raw = torch.exp((logp.detach() - behavior_logp).clamp(-20.0, 20.0))
+    return loss, A, {**_weight_health(w, mask, can_mask=False),
+                     "tis_clip_frac": ((raw >= hp["tis_cap"]) * mask).sum() / n,
+                     "snis_norm": logp.new_tensor(vbar)}
+
+
+def vcpo_lr_scale(seq_log_ratio):
+    r"""VCPO's step-size factor of one rollout batch, from its B sequence log-ratios
+    log S_i = sum_t ell_{i,t} (all of the batch's responses, not one micro-batch):
+
+        ESS = (sum_i S_i)^2 / sum_i S_i^2,   scale = sqrt(min(1, ESS / B))
+    (mit-han-lab/vcpo ``verl/workers/actor/megatron_actor.py`` ``_optimizer_step_with_buffer``
+    with ``recipe/fully_async_policy/staleness_utils.py`` ``compute_ess_info``: ess_scaling
+    scaling_rule "sqrt", base_ess_ratio 1.0, use_clipped false, so unclipped S_i). Computed in
+    log space; the reference adds 1e-8 to sum S^2, which changes ESS only when every S_i is
+    below ~1e-4 (and then makes it depend on the scale of S); left out. Returns a float."""
+    x = seq_log_ratio.detach().to(torch.float64).reshape(-1)
+    ess = torch.exp(2 * torch.logsumexp(x, 0) - torch.logsumexp(2 * x, 0))
+    return math.sqrt(min(1.0, float(ess) / x.numel()))
+
+
+@register("vcpo", needs_ref=False, label="VCPO", needs_grad_sq=True)
+def vcpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""VCPO (variance-controlled off-policy optimization; Huang et al., 2026, "Stable Asynchrony:
+    Variance-Controlled Off-Policy RL for LLMs"; mit-han-lab/vcpo): its closed-form off-policy
+    optimal baseline (OPOB) on sequence TIS. Its other half, the learning rate scaled by the
+    batch's ESS, acts on the optimizer step: train.learn multiplies lr by vcpo_lr_scale of the
+    whole batch for that step. Reference: ``recipe/fully_async_policy/staleness_utils.py``
+    (``compute_opob_baseline``, ``compute_ess_info``, ``compute_is_info``),
+    ``verl/workers/actor/megatron_actor.py`` (``update_policy_per_traj``, ``_update_grad_buffers``),
+    ``verl/workers/utils/vcpo.py`` (the gradient buffers), recipes ``shell/vcpo/math/vcpo_k=*.sh``.
+    Per response, S_i = exp(sum_t ell), the estimator's weight w_i = min(S_i, vcpo_is_cap),
+    G_i = ||grad_theta sum_t log pi(y_{i,t})||^2 (``response_grad_sq``, measured by the trainer),
+    and per group (scope "group", norm_by_std, agg "mean"):
+
+        W_i = w_i^2 G_i,   b = sum_i W_i r_i / (sum_i W_i + 1e-8),   sigma = std(r) (population),
+        c_i = (r_i - b) / sigma (r_i - b where sigma <= 1e-8),
+        loss = -(1/n) sum_{i,t} mask c_i w_i exp(l - sg(l)),   dL/dl_{i,t} = -c_i w_i / n.
+    Where the references disagree: the README's b has W_i = w_i^2 G_i (the variance-minimizing
+    baseline of sum_i w_i (r_i - b) grad log pi(y_i)), taken here; the code's weight is
+    ||w_i grad log pi||^2 S_i^2 (its gradient norms already carry the truncated weight, then
+    use_is_weights multiplies by S_i^2 again). The recipes aggregate seq-mean-token-mean
+    (1 / (B |y_i|)) without the baseline's 1/|y_i|^2 (normalize_by_length false); here the lab's
+    token-mean 1/n, under which the README's b is the variance-minimizing one. The cap 8 is the
+    recipes' rollout_is_threshold; verl's default would be 2. The reference runs one backward
+    pass per response (micro-batch size 1 asserted) and adds them into buffers; here the trainer
+    measures G_i with one forward and backward pass per response first (learner.response_grad_sq),
+    then takes the usual micro-batched pass. At one update per batch the reference's setting is
+    already this one (old = the learner, skip_recompute_old_log_prob, IS against the sampler).
+    Not GRPO at logp == behavior_logp: b is the G-weighted mean reward and sigma the population std.
+    Metrics: is_weight_mean / is_ess of w, vcpo_ess_ratio (ESS / B of this call's rows),
+    vcpo_lr_scale, vcpo_baseline_mean (mean b over groups).
+    """
+    m = group_size
+    log_s = _seq_log_ratio(logp, behavior_logp, mask).view(-1)
+    w = torch.exp(log_s).clamp(max=hp["vcpo_is_cap"])
+    W = (w ** 2 * hp["response_grad_sq"]).view(-1, m)
+    r = rewards.view(-1, m)
+    b = (W * r).sum(1, keepdim=True) / (W.sum(1, keepdim=True) + 1e-8)
+    sigma = r.std(1, unbiased=False, keepdim=True)
+    c = torch.where(sigma > 1e-8, (r - b) / sigma.clamp(min=1e-8), r - b).view(-1).detach()
+    n = mask.sum()
+    loss = -(c[:, None] * w[:, None] * torch.exp(logp - logp.detach()) * mask).sum() / n
+    scale = vcpo_lr_scale(log_s)
+    return loss, c, {**_weight_health(w[:, None].expand_as(mask), mask, can_mask=False),
+                     "vcpo_ess_ratio": logp.new_tensor(scale ** 2), "vcpo_lr_scale": logp.new_tensor(scale),
+                     "vcpo_baseline_mean": b.mean()}
 
 
 def k3(logp, behavior_logp, mask):
@@ -486,7 +1055,55 @@ def check_hparams(name, hparams):
         raise ValueError(f"tis_cap must be > 0, got {hp['tis_cap']}")
     if hp["beta"] < 0 or (name == "ggpo" and hp["beta"] <= 0):
         raise ValueError(f"beta must be >= 0 (and > 0 for ggpo, which divides by it), got {hp['beta']}")
+    _check_part1_hparams(hp)
+    _check_part2_hparams(hp)
     return hp
+
+
+def _check_part2_hparams(hp):
+    """Issue 31, part 2's keys: gepo, a3po, dppo_tv, geo_rs, k3_rs, vcpo."""
+    for key in ("gepo_eps", "dppo_delta", "dppo_rho_cap", "geo_rs_low", "geo_rs_high",
+                "k3_rs_threshold", "k3_rs_clip_c", "vcpo_is_cap"):
+        v = hp[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{key} must be a finite number, got {v!r}; parse it as a float")
+    alpha = hp["a3po_alpha"]
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
+                              or not 0 <= alpha <= 1):
+        raise ValueError(f"a3po_alpha must be null (set per batch from its staleness) or a number "
+                         f"in [0, 1], got {alpha!r}")
+    if not 0 <= hp["gepo_eps"] < 1:
+        raise ValueError(f"need 0 <= gepo_eps < 1, got {hp['gepo_eps']}")
+    if hp["dppo_delta"] < 0:
+        raise ValueError(f"dppo_delta must be >= 0 (a probability difference), got {hp['dppo_delta']}")
+    for key in ("dppo_rho_cap", "k3_rs_threshold", "vcpo_is_cap"):
+        if hp[key] <= 0:
+            raise ValueError(f"{key} must be > 0, got {hp[key]}")
+    if not 0 < hp["geo_rs_low"] < hp["geo_rs_high"]:
+        raise ValueError(f"need 0 < geo_rs_low < geo_rs_high (bounds on a geometric-mean ratio), "
+                         f"got {hp['geo_rs_low']}, {hp['geo_rs_high']}")
+    if hp["k3_rs_clip_c"] <= 1:
+        raise ValueError(f"k3_rs_clip_c must be > 1 (verl's dual-clip bound), got {hp['k3_rs_clip_c']}")
+
+
+def _check_part1_hparams(hp):
+    """Issue 31, part 1's keys: m2_tokens, ds_kl_beta, cispo, sapo, gmpo, topr, kimi, vespo."""
+    for key in ("ds_kl_beta", "cispo_eps_low", "cispo_eps_high", "sapo_tau_pos", "sapo_tau_neg",
+                "gmpo_eps", "topr_positive_weight", "topr_negative_weight", "kimi_tau",
+                "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"):
+        v = hp[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{key} must be a finite number, got {v!r}; parse it as a float")
+        if v < 0:
+            raise ValueError(f"{key} must be >= 0, got {v}")
+    if hp["m2_tokens"] not in ("trust_region", "all"):
+        raise ValueError(f"unknown m2_tokens {hp['m2_tokens']!r}; use 'trust_region' (the M2PO paper's "
+                         "Algorithm 1) or 'all' (AReaL's m2_threshold)")
+    if hp["cispo_eps_low"] > 1:
+        raise ValueError(f"cispo_eps_low must be in [0, 1] (1: no lower bound), got {hp['cispo_eps_low']}")
+    for key in ("sapo_tau_pos", "sapo_tau_neg", "gmpo_eps"):
+        if hp[key] <= 0:
+            raise ValueError(f"{key} must be > 0, got {hp[key]}")
 
 
 def _check_tensors(name, logp, behavior_logp, ref_logp, mask, rewards, m):
@@ -523,6 +1140,36 @@ def _check_tensors(name, logp, behavior_logp, ref_logp, mask, rewards, m):
                              "forward pass / sampler log-probs")
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards hold NaN/inf; every response needs a finite reward")
+
+
+def _check_old_logp(name, old_logp, logp, mask):
+    if not LOSSES[name].reads_old_logp:
+        return
+    if not isinstance(old_logp, torch.Tensor):
+        raise ValueError(f"{name} needs old_logp (the learner's log-probs of each token under the "
+                         f"weights that sampled it, pi_train(theta_old)); pass them, see reads_old_logp")
+    if old_logp.shape != logp.shape:
+        raise ValueError(f"old_logp has shape {tuple(old_logp.shape)} but logp has "
+                         f"{tuple(logp.shape)}; all per-token inputs must be [B, T] and aligned")
+    if not torch.isfinite(old_logp.detach()[mask.bool()]).all():
+        raise ValueError("old_logp holds NaN/inf on response tokens (mask == 1); check the "
+                         "learner's pass over the batch at sampling time")
+
+
+def _check_grad_sq(name, response_grad_sq, logp):
+    """A [B] tensor of squared norms >= 0 for the objectives that read it; a non-finite one is let
+    through (an overflowing gradient makes a non-finite loss, and the trainer skips the update)."""
+    if not LOSSES[name].needs_grad_sq:
+        return
+    if not isinstance(response_grad_sq, torch.Tensor):
+        raise ValueError(f"{name} needs response_grad_sq (per response ||grad_theta sum_t logp||^2; "
+                         f"train.learn measures them with learner.response_grad_sq); pass them, "
+                         f"see needs_grad_sq")
+    if response_grad_sq.shape != (logp.shape[0],):
+        raise ValueError(f"response_grad_sq must have shape ({logp.shape[0]},) (one per response), "
+                         f"got {tuple(response_grad_sq.shape)}")
+    if (response_grad_sq < 0).any():
+        raise ValueError("response_grad_sq holds negative values; they are squared norms")
 
 
 def is_health(logp, behavior_logp, mask):
@@ -562,18 +1209,29 @@ def _clean_inputs(logp, behavior_logp, ref_logp, mask):
     return clean(logp, grad=True), clean(behavior_logp), clean(ref_logp), mb, dt
 
 
-def batch_stats(name, *, logp, behavior_logp, mask, **hparams):
+def batch_stats(name, *, logp, behavior_logp, mask, rewards=None, group_size=None, **hparams):
     """The statistics of the whole rollout batch that objective ``name`` reads ({} for most):
-    m2po's cutoff ``m2_cutoff`` and gspo's mean response length ``gspo_len_mean``, as floats.
+    m2po's cutoff ``m2_cutoff``, gspo's (and gmpo's, gepo's) mean response length
+    ``gspo_len_mean`` and snis's mean TIS weight ``snis_weight_mean``, as floats.
     A trainer that splits the batch into micro-batches computes them once from the whole
     batch's log-probs (no gradient needed) and passes them to every compute_loss call, so the
     micro-batches give the update of one full batch. Where they need the mask alone
-    (``batch_stats_read_logp``), logp and behavior_logp may be None."""
+    (``batch_stats_read_logp``), logp and behavior_logp may be None. ``rewards`` [B] and
+    ``group_size``: needed where the statistics depend on the advantage's sign (m2po's trust
+    region); ignored otherwise."""
     _check_name(name)
     hp = check_hparams(name, hparams)
     fn = LOSSES[name].batch_stats
     if fn is None:
         return {}
+    if LOSSES[name].stats_read_rewards:
+        B = mask.shape[0] if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
+        if (not isinstance(rewards, torch.Tensor) or B is None or rewards.shape != (B,)
+                or isinstance(group_size, bool) or not isinstance(group_size, int)
+                or group_size < 2 or B % group_size):
+            raise ValueError(f"batch_stats of {name} needs rewards of shape [B] and group_size (an "
+                             f"int >= 2 dividing B) of the whole batch: its statistics depend on the "
+                             f"advantage's sign; got rewards {rewards!r}, group_size {group_size!r}")
     if logp is None and behavior_logp is None and not LOSSES[name].stats_read_logp:
         return fn(None, None, mask.bool().to(torch.promote_types(mask.dtype, torch.float32)), hp)
     if (logp is None or behavior_logp is None or logp.dim() != 2
@@ -582,11 +1240,13 @@ def batch_stats(name, *, logp, behavior_logp, mask, **hparams):
         raise ValueError(f"batch_stats of {name} needs logp, behavior_logp and mask of one [B, T] "
                          f"shape, got {shape(logp)}, {shape(behavior_logp)}, {shape(mask)}")
     lp, blp, _, mb, dt = _clean_inputs(logp.detach(), behavior_logp, None, mask)
+    if LOSSES[name].stats_read_rewards:
+        hp = {**hp, "rewards": rewards.detach().to(device=lp.device, dtype=dt), "group_size": group_size}
     return fn(lp, blp, mb.to(dt), hp)
 
 
 def compute_loss(name, *, logp, behavior_logp, ref_logp=None, mask, rewards, group_size,
-                 batch_stats=None, **hparams):
+                 batch_stats=None, old_logp=None, response_grad_sq=None, **hparams):
     """Validate inputs, run objective ``name`` and add the common diagnostics.
 
     Returns (loss: scalar tensor with gradient w.r.t. logp, metrics: dict of floats) with
@@ -595,16 +1255,27 @@ def compute_loss(name, *, logp, behavior_logp, ref_logp=None, mask, rewards, gro
     (mean |coefficient| over responses), the objective's own ones (clip_frac first where a clip
     can act), and is_health. ``batch_stats``: losses.batch_stats(...) of the whole rollout batch
     when this call holds part of it; None: computed here (objectives that need them).
+    ``old_logp`` [B, T]: the learner's log-probs of the tokens under the weights that sampled
+    them (PPO's recomputed old log-probs), for the objectives that read them (reads_old_logp,
+    icepop); ignored by the others. ``response_grad_sq`` [B]: per response ||grad_theta sum_t
+    logp||^2, for the objectives that read them (needs_grad_sq, vcpo); ignored by the others.
     Raises ValueError on bad input."""
     _check_name(name)
     hp = check_hparams(name, hparams)
     _check_tensors(name, logp, behavior_logp, ref_logp, mask, rewards, group_size)
+    _check_old_logp(name, old_logp, logp, mask)
+    _check_grad_sq(name, response_grad_sq, logp)
     lp, blp, rlp, mb, dt = _clean_inputs(logp, behavior_logp, ref_logp, mask)
     r = rewards.detach().to(device=logp.device, dtype=dt)
     objective = LOSSES[name]
+    if objective.reads_old_logp:
+        hp = {**hp, "old_logp": torch.where(mb, old_logp.detach().to(dt), 0.0)}
+    if objective.needs_grad_sq:
+        hp = {**hp, "response_grad_sq": response_grad_sq.detach().to(device=logp.device, dtype=dt)}
     if objective.batch_stats is not None:
         if batch_stats is None:  # this call holds the whole batch
-            batch_stats = objective.batch_stats(lp, blp, mb.to(dt), hp)
+            batch_stats = objective.batch_stats(lp, blp, mb.to(dt),
+                                                {**hp, "rewards": r, "group_size": group_size})
         elif not isinstance(batch_stats, dict) or not batch_stats:
             raise ValueError(f"{name} needs batch_stats=losses.batch_stats({name!r}, ...) of the "
                              f"whole rollout batch (or None), got {batch_stats!r}")

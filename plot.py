@@ -41,6 +41,7 @@ STUDY_STYLE = {"grpo": ("tab:orange", "-"), "grpo_tis": ("tab:purple", "--"),
                "agro": ("tab:green", "-"), "ggpo": ("tab:blue", "-")}
 SPARE_COLORS = ["tab:red", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "black",
                 "gold", "navy", "lime"]
+SPARE_LINES = ["-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]  # one per round of the spare colors
 # Fig. 7: training-time metrics, averaged over the last 10% of each run's updates
 DIAGNOSTICS = [("k3", 1e3, "K3 (x1e-3)"), ("entropy", 1, "entropy"), ("clip_frac", 1, "clip fraction"),
                ("tis_weight_mean", 1, "TIS weight mean"), ("ggpo_ess_success", 1, "GGPO ESS (successes)"),
@@ -139,7 +140,14 @@ def loss_style(loss: str, runs: list = ()) -> tuple:
     if loss in STUDY_STYLE:
         return (label, *STUDY_STYLE[loss])
     others = [name for name in loss_order(runs) if name not in STUDY_STYLE]
-    return label, SPARE_COLORS[others.index(loss) % len(SPARE_COLORS)], "-."
+    return label, *spare_style(others.index(loss))
+
+
+def spare_style(i: int) -> tuple:
+    """(color, line style) of the i-th objective outside the study's four: every pair distinct
+    for the first len(SPARE_COLORS) * len(SPARE_LINES) of them."""
+    color, line = i % len(SPARE_COLORS), i // len(SPARE_COLORS) % len(SPARE_LINES)
+    return SPARE_COLORS[color], SPARE_LINES[line]
 
 
 def by_loss(runs: list) -> dict:

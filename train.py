@@ -254,7 +254,11 @@ def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch,
     """learn(); an out-of-memory error or a non-finite forward pass in it skips the update like a
     non-finite loss does: the batch is consumed, the weights and AdamW state stay as they were
     (both come before optimizer.step()), the memory is released, and the run goes on; a streak
-    of them stops it (see train)."""
+    of them stops it (see train). a3po with a3po_alpha null gets it from this batch's staleness
+    (learner version update - 1 minus the sampler's; the same on resume: both are restored)."""
+    if cfg["loss"] == "a3po" and cfg["loss_args"]["a3po_alpha"] is None:
+        staleness = (update - 1) - sum(r.policy_version for r in batch.rollouts) / len(batch.rollouts)
+        cfg = {**cfg, "loss_args": {**cfg["loss_args"], "a3po_alpha": losses.a3po_alpha(staleness)}}
     try:
         metrics = learn(cfg, model, ref_model, optimizer, batch, pad_id, fresh)
         optimizer.zero_grad(set_to_none=True)  # the gradients' memory is free while the engine samples
@@ -280,6 +284,18 @@ def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch,
             "grad_norm": math.nan}
 
 
+def old_logp_of(rollouts: list, T: int, device):
+    """The rollouts' old_logp (the learner's log-probs at sampling time) as [B, T], for the
+    objectives that read them (losses.reads_old_logp); an error naming the fix where a batch
+    was sampled or saved without them."""
+    if any(r.old_logp is None for r in rollouts):
+        raise ValueError("this objective reads old_logp (the learner's log-probs of each token with "
+                         "the weights that sampled it), and this batch has none: it was sampled, or "
+                         "saved (a checkpoint's queue, an offline pool), by a run whose objective "
+                         "does not keep them; start a new run, or make a new offline pool with it")
+    return learner.padded([r.old_logp for r in rollouts], T, device)
+
+
 def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id: int,
           fresh: bool = False) -> dict:
     """One optimizer update on one rollout batch; returns the update's metrics.
@@ -297,6 +313,8 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
     mb = cfg["micro_batch_size"]
     n_tokens_total = sum(len(r.response_ids) for r in batch.rollouts)
     need_ref = losses.needs_ref(cfg["loss"])
+    read_old = losses.reads_old_logp(cfg["loss"])
+    old_all = []
     chunk = learner.chunk_tokens(cfg, model)
     # every log-prob (policy, reference, entropy) of the distribution sampled from: logits / T
     temperature = cfg["temperature"]
@@ -315,7 +333,13 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
             pad = lambda rows: None if rows is None else learner.padded(rows, T, device)
             stats = losses.batch_stats(
                 cfg["loss"], logp=pad(logp_view), behavior_logp=pad(behavior_view),
-                mask=pad([[1.0] * len(r.response_ids) for r in batch.rollouts]), **cfg["loss_args"])
+                mask=pad([[1.0] * len(r.response_ids) for r in batch.rollouts]),
+                rewards=torch.tensor(batch.rewards, dtype=torch.float32, device=device),
+                group_size=cfg["group_size"], **cfg["loss_args"])
+    grad_sq = None  # vcpo's baseline weighs each response by its own gradient norm: measured first
+    if losses.needs_grad_sq(cfg["loss"]):
+        with learner.timed(times, "time/grad_sq", device):
+            grad_sq = learner.response_grad_sq(cfg, model, batch.rollouts, pad_id)
     optimizer.zero_grad(set_to_none=True)
     for start in range(0, len(batch.rollouts), mb):
         part = batch.rollouts[start:start + mb]
@@ -336,23 +360,33 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
                 learner.adopt_learner_view(cfg, part, view)
                 learner_view += view
             behavior = learner.padded([r.behavior_logp for r in part], logp.size(1), device)
+            old = old_logp_of(part, logp.size(1), device) if read_old else None
             rewards = torch.tensor(batch.rewards[start:start + mb], dtype=torch.float32, device=device)
             loss, _ = losses.compute_loss(cfg["loss"], logp=logp, behavior_logp=behavior,
                                           ref_logp=ref_logp, mask=mask, rewards=rewards,
                                           group_size=cfg["group_size"], batch_stats=stats,
-                                          **cfg["loss_args"])
+                                          old_logp=old, **cfg["loss_args"],
+                                          response_grad_sq=None if grad_sq is None else grad_sq[start:start + mb])
             share = mask.sum() / n_tokens_total
             (loss * share).backward()
         loss_total += loss.detach() * share
         entropy_sum += ent
         logp_all.append((logp.detach(), behavior, mask))
         ref_all.append(ref_logp)
+        old_all.append(old)
     with learner.timed(times, "time/optim", device):
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"]))
         # never step on a non-finite loss or gradient: the update is skipped (counted by the loop)
         finite = math.isfinite(grad_norm) and math.isfinite(float(loss_total))
         if finite:
+            # VCPO: this step's lr scaled by the whole batch's ESS (every other objective: 1)
+            scale = losses.vcpo_lr_scale(torch.cat([((lp - b) * m).sum(1) for lp, b, m in logp_all])) \
+                if cfg["loss"] == "vcpo" else 1.0
+            for group in optimizer.param_groups:
+                group["lr"] = cfg["lr"] * scale
             optimizer.step()
+            for group in optimizer.param_groups:  # a checkpoint keeps the configured lr
+                group["lr"] = cfg["lr"]
         else:
             optimizer.zero_grad(set_to_none=True)
 
@@ -362,9 +396,9 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
         logp, behavior, mask = (cat([x[i] for x in logp_all]) for i in range(3))
         _, metrics = losses.compute_loss(
             cfg["loss"], logp=logp, behavior_logp=behavior, mask=mask,
-            ref_logp=cat(ref_all) if need_ref else None,
+            ref_logp=cat(ref_all) if need_ref else None, old_logp=cat(old_all) if read_old else None,
             rewards=torch.tensor(batch.rewards, dtype=torch.float32, device=device),
-            group_size=cfg["group_size"], **cfg["loss_args"])
+            group_size=cfg["group_size"], response_grad_sq=grad_sq, **cfg["loss_args"])
         metrics["logp_diff_max"] = float(((logp - behavior).abs() * mask).max())
         if fresh:
             metrics.update(learner.engine_mismatch(engine_logp, learner_view))

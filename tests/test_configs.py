@@ -68,12 +68,13 @@ def test_sweep_grid_over_any_config_key_names_each_run():
 @pytest.mark.parametrize("name", ["sweep_leaderboard_toy.yaml", "sweep_leaderboard_qwen_quick.yaml"])
 def test_leaderboard_sweeps_cover_every_registered_objective(name):
     """Every objective of losses.LOSSES plus PPO against the sampler (grpo, behavior anchor) x
-    N in {0, 8, 32, 128} x 2 seeds = 12 x 4 x 2 = 96 runs, each with its own folder."""
+    N in {0, 8, 32, 128} x 2 seeds = (objectives + 1) x 4 x 2 runs, each with its own folder."""
     import losses
     with open(os.path.join(ROOT, "configs", name)) as f:
         spec = yaml.safe_load(f)
     runs = sweep.expand(spec)
-    assert len(runs) == 96 and len({d for d, _ in runs}) == 96
+    total = (len(losses.LOSSES) + 1) * 4 * 2
+    assert len(runs) == total and len({d for d, _ in runs}) == total
     assert spec["grid"]["loss"] == list(losses.LOSSES)
     behavior = [o for d, o in runs if d.endswith("_grpo_anchor-behavior")]
     assert len(behavior) == 8 and all("loss=grpo" in o and 'loss_args.grpo_anchor="behavior"' in o
@@ -81,7 +82,7 @@ def test_leaderboard_sweeps_cover_every_registered_objective(name):
     assert sorted({o[1] for _, o in runs}) == ["delay=0", "delay=128", "delay=32", "delay=8"]
     if "toy" in name:
         cfg = config.load_config(os.path.join(ROOT, spec["config"]), runs[-1][1])
-        assert (cfg["updates"], cfg["task"], cfg["loss"]) == (300, "toy", "ds_mask")
+        assert (cfg["updates"], cfg["task"], cfg["loss"]) == (300, "toy", list(losses.LOSSES)[-1])
 
 
 def test_offline_pool_needs_delay_zero():

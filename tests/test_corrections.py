@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import losses  # noqa: E402
 
 D = torch.float64
-NEW = ["grpo_mis", "icepop", "grpo_tis_seq", "grpo_mis_seq", "gspo", "m2po", "ds_mask"]
+NEW = ["grpo_mis", "icepop_primerl", "grpo_tis_seq", "grpo_mis_seq", "gspo", "m2po", "ds_mask"]
 
 
 def random_batch(seed, B=24, T=6, m=4, spread=1.0):
@@ -54,13 +54,22 @@ def grad_of(name, logp, b, mask, r, m, **hp):
 
 
 def paper_m2po_kept(sq_values, threshold):
-    """Algorithm 1 read literally: drop the largest value one at a time while the mean of the
-    values left exceeds the threshold. Returns the indices kept."""
+    """Algorithm 1's loop read literally: drop the largest value one at a time while the mean of
+    the values left exceeds the threshold. Returns the indices kept."""
     order = sorted(range(len(sq_values)), key=lambda j: -sq_values[j])
     kept = list(order)
     while kept and sum(sq_values[j] for j in kept) / len(kept) > threshold:
         kept.pop(0)
     return set(kept)
+
+
+def paper_m2po_kept_tokens(ell, A, threshold):
+    """Algorithm 1 over the trust-region tokens T = {(A > 0, ell > 0) or (A < 0, ell < 0)} (the
+    authors' _get_trust_region_tokens_delta_sq): the loop above runs over T only, every token
+    outside T is kept. ell: {token: log-ratio}, A: {token: advantage}; returns the tokens kept."""
+    region = [k for k in ell if (A[k] > 0 and ell[k] > 0) or (A[k] < 0 and ell[k] < 0)]
+    kept = paper_m2po_kept([ell[k] ** 2 for k in region], threshold)
+    return {k for k in ell if k not in region} | {region[j] for j in kept}
 
 
 def expected_grad(name, logp, b, mask, r, m):
@@ -76,10 +85,10 @@ def expected_grad(name, logp, b, mask, r, m):
     g = torch.zeros(B, T, dtype=D)
     dropped, capped = 0, 0
     if name == "m2po":
-        kept = paper_m2po_kept([ell[k] ** 2 for k in tokens], hp["m2_threshold"])
+        kept = paper_m2po_kept_tokens(ell, {(i, t): A[i] for i, t in tokens}, hp["m2_threshold"])
     for j, (i, t) in enumerate(tokens):
         rho = math.exp(ell[(i, t)])
-        if name in ("grpo_mis", "icepop"):
+        if name in ("grpo_mis", "icepop_primerl"):
             lo, hi = (hp["mis_low"], hp["mis_high"]) if name == "grpo_mis" else (hp["icepop_low"], hp["icepop_high"])
             keep = lo <= rho <= hi
             dropped += not keep
@@ -98,8 +107,8 @@ def expected_grad(name, logp, b, mask, r, m):
             dropped += clip
             g[i, t] = 0.0 if clip else -s * A[i] / (B * length[i])
         elif name == "m2po":
-            dropped += j not in kept
-            g[i, t] = -rho * A[i] / n if j in kept else 0.0
+            dropped += (i, t) not in kept
+            g[i, t] = -rho * A[i] / n if (i, t) in kept else 0.0
         elif name == "ds_mask":
             drop = A[i] < 0 and -seq[i] / length[i] > hp["ds_mask_delta"]
             clip = (A[i] > 0 and rho > 1 + hp["clip_high"]) or (A[i] < 0 and rho < 1 - hp["clip_low"])
@@ -141,32 +150,69 @@ def test_at_logp_equal_behavior_every_correction_is_grpo(name):
     assert met["is_chi2_token"] == pytest.approx(0, abs=1e-12)
 
 
-def test_m2po_keeps_the_papers_set_and_not_a_mean_over_all_tokens():
-    """ell^2 = [0.3, 0.15, 0, 0] on one response pair, threshold 0.04. The paper's rule (mean over
-    the tokens LEFT): 0.45/4 > 0.04, drop 0.3 -> 0.15/3 = 0.05 > 0.04, drop 0.15 -> 0: two
-    dropped. The wrong rule (sum left over ALL n tokens): 0.15/4 = 0.0375 <= 0.04 after one drop,
-    so it would keep the 0.15 token. The kept set meets the rule and is the largest that does."""
+def test_m2po_keeps_algorithm_1_over_the_trust_region_and_an_all_token_rule_fails():
+    """Two groups of two, threshold 0.04. Group 1 (r = 1, 0; A = +-0.707): response 0 has ell^2
+    0.3 and 0.15 with ell > 0 (trust region: A > 0, rho > 1) and 0.5 with ell < 0 (pulls back to
+    the sampler: not in it); response 1 has 0.01 with ell < 0 (in it), 0.5 with ell > 0 (not),
+    and 0. Group 2 (r = 1, 1; A = 0: never in it) has 0.6 twice.
+    Algorithm 1 over T = {0.3, 0.15, 0.01}: 0.46/3 > 0.04, drop 0.3 -> 0.16/2 = 0.08 > 0.04, drop
+    0.15 -> 0.01: two dropped, the 0.5 tokens kept. The all-token rule (AReaL's) over the 12
+    tokens drops 0.6, 0.6, 0.5, 0.5, 0.3 (then 0.16/7 <= 0.04) and keeps 0.15: it fails the check
+    below, and m2_tokens=all is that rule."""
+    s = math.sqrt
+    ell = torch.tensor([[s(0.3), s(0.15), -s(0.5)], [-s(0.01), s(0.5), 0.0],
+                        [s(0.6), 0.0, 0.0], [s(0.6), 0.0, 0.0]], dtype=D)
+    b = torch.full((4, 3), -1.0, dtype=D)
+    mask, r = torch.ones(4, 3, dtype=D), torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=D)
+    A = advantages(r, 2)
+    tokens = [(i, t) for i in range(4) for t in range(3)]
+    want = paper_m2po_kept_tokens({k: float(ell[k]) for k in tokens}, {(i, t): A[i] for i, t in tokens}, 0.04)
+
+    def check(kept):  # Algorithm 1 over the trust region, on the tokens that carry a gradient
+        assert {k for k in kept if A[k[0]] != 0} == {k for k in want if A[k[0]] != 0}
+
+    assert want == set(tokens) - {(0, 0), (0, 1)}
+    g, met = grad_of("m2po", b + ell, b, mask, r, 2)
+    check({k for k in tokens if g[k] != 0})
+    assert met["is_masked_frac"] == pytest.approx(2 / 12)
+    assert met["m2po_m2"] == pytest.approx(0.46 / 3) and met["m2po_region_frac"] == pytest.approx(3 / 12)
+    # the all-token rule, written out by hand, keeps another set: the check fails for it
+    sq = [float(ell[k]) ** 2 for k in tokens]
+    all_token = {tokens[j] for j in paper_m2po_kept(sq, 0.04)}
+    assert all_token == set(tokens) - {(0, 0), (0, 2), (1, 1), (2, 0), (3, 0)}
+    with pytest.raises(AssertionError):
+        check(all_token)
+    g_all, met_all = grad_of("m2po", b + ell, b, mask, r, 2, m2_tokens="all")
+    assert {k for k in tokens if g_all[k] != 0} == {k for k in all_token if A[k[0]] != 0}
+    with pytest.raises(AssertionError):
+        check({k for k in tokens if g_all[k] != 0})
+    assert met_all["is_masked_frac"] == pytest.approx(5 / 12) and met_all["m2po_region_frac"] == 1
+    # the cutoff helper: ties at the cutoff go together; nothing to drop (or no token) -> +inf
+    sq_t = torch.tensor([[0.5, 0.5, 0.0, 0.0]], dtype=D)
+    assert losses.m2po_cutoff(sq_t, torch.ones_like(sq_t), 0.2) == 0.5  # both 0.5 dropped
+    assert losses.m2po_cutoff(sq_t * 0, torch.ones_like(sq_t), 0.04) == math.inf
+    assert losses.m2po_cutoff(sq_t, torch.zeros_like(sq_t), 0.04) == math.inf
+
+
+def test_m2po_all_token_rule_keeps_the_mean_of_the_tokens_left():
+    """m2_tokens=all, ell^2 = [0.3, 0.15, 0, 0] on one response pair, threshold 0.04. The rule
+    (mean over the tokens LEFT): 0.45/4 > 0.04, drop 0.3 -> 0.15/3 = 0.05 > 0.04, drop 0.15 -> 0:
+    two dropped. A wrong rule (sum left over ALL n tokens): 0.15/4 = 0.0375 <= 0.04 after one
+    drop, so it would keep the 0.15 token."""
     ell = torch.tensor([[math.sqrt(0.3), math.sqrt(0.15)], [0.0, 0.0]], dtype=D)
     b = torch.full((2, 2), -1.0, dtype=D)
     r = torch.tensor([1.0, 0.0], dtype=D)
-    g, met = grad_of("m2po", b + ell, b, torch.ones(2, 2, dtype=D), r, 2)
+    g, met = grad_of("m2po", b + ell, b, torch.ones(2, 2, dtype=D), r, 2, m2_tokens="all")
     kept = {(i, t) for i in range(2) for t in range(2) if g[i, t] != 0}
     assert kept == {(1, 0), (1, 1)}
     sq = (ell ** 2).view(-1).tolist()
     assert paper_m2po_kept(sq, 0.04) == {2, 3}
-    # the wrong variant keeps a different set: the test above would fail for it
     order = sorted(range(4), key=lambda j: -sq[j])
     wrong = list(order)
     while sum(sq[j] for j in wrong) / 4 > 0.04:
         wrong.pop(0)
     assert set(wrong) == {1, 2, 3} != paper_m2po_kept(sq, 0.04)
-    kept_sq = [sq[j] for j in (2, 3)]
-    assert sum(kept_sq) / 2 <= 0.04 < (sum(kept_sq) + 0.15) / 3  # meets the rule, minimally
     assert met["is_masked_frac"] == 0.5 and met["m2po_m2"] == pytest.approx(0.45 / 4)
-    # the cutoff helper: ties at the cutoff go together; nothing to drop -> +inf
-    sq_t = torch.tensor([[0.5, 0.5, 0.0, 0.0]], dtype=D)
-    assert losses.m2po_cutoff(sq_t, torch.ones_like(sq_t), 0.2) == 0.5  # both 0.5 dropped
-    assert losses.m2po_cutoff(sq_t * 0, torch.ones_like(sq_t), 0.04) == math.inf
 
 
 @pytest.mark.parametrize("name", ["m2po", "gspo"])
@@ -176,7 +222,7 @@ def test_batch_statistics_make_micro_batches_add_up_to_the_full_batch(name):
     without (each micro-batch its own statistics) it is not."""
     logp, b, mask, r, m = random_batch(2)
     full, _ = grad_of(name, logp, b, mask, r, m)
-    stats = losses.batch_stats(name, logp=logp, behavior_logp=b, mask=mask)
+    stats = losses.batch_stats(name, logp=logp, behavior_logp=b, mask=mask, rewards=r, group_size=m)
     n = mask.sum()
     for given in (stats, None):
         x = logp.clone().requires_grad_(True)
@@ -194,7 +240,9 @@ def test_batch_statistics_make_micro_batches_add_up_to_the_full_batch(name):
         assert losses.batch_stats(name, logp=None, behavior_logp=None, mask=mask) == stats
     else:
         with pytest.raises(ValueError, match="needs logp, behavior_logp and mask"):
-            losses.batch_stats(name, logp=None, behavior_logp=None, mask=mask)
+            losses.batch_stats(name, logp=None, behavior_logp=None, mask=mask, rewards=r, group_size=m)
+        with pytest.raises(ValueError, match="needs rewards"):  # the trust region's sign
+            losses.batch_stats(name, logp=logp, behavior_logp=b, mask=mask)
 
 
 def test_is_health_by_hand():
@@ -208,7 +256,8 @@ def test_is_health_by_hand():
     logp = torch.where(mask.bool(), b + ell, 99.0)
     for name in losses.LOSSES:
         _, met = losses.compute_loss(name, logp=logp, behavior_logp=b, ref_logp=b, mask=mask,
-                                     rewards=torch.tensor([1.0, 0.0], dtype=D), group_size=2)
+                                     rewards=torch.tensor([1.0, 0.0], dtype=D), group_size=2, old_logp=b,
+                                     a3po_alpha=0.5, response_grad_sq=torch.ones(2, dtype=D))
         assert met["is_log_ratio_mean"] == pytest.approx(3 * L2 / 5)
         assert (met["is_ratio_min"], met["is_ratio_max"]) == pytest.approx((0.5, 4.0))
         assert met["is_chi2_token"] == pytest.approx(4.05)
@@ -235,15 +284,25 @@ def test_weight_health_and_which_metrics_each_objective_logs():
         for hp in ([{}, {"grpo_anchor": "behavior"}] if name == "grpo" else
                    [{}, {"ggpo_variant": "original"}] if name == "ggpo" else [{}]):
             _, met = losses.compute_loss(name, logp=logp, behavior_logp=b, ref_logp=b, mask=mask,
-                                         rewards=r, group_size=2, **hp)
+                                         rewards=r, group_size=2, old_logp=b, a3po_alpha=0.5,
+                                         response_grad_sq=torch.ones(2, dtype=D), **hp)
             logged[(name, *hp.values())] = {k for k in ("clip_frac", "is_weight_mean", "is_masked_frac")
                                             if k in met}
     assert logged == {("grpo",): set(), ("grpo", "behavior"): {"clip_frac"}, ("grpo_tis",): {"is_weight_mean"},
                       ("agro",): set(), ("ggpo",): {"clip_frac"}, ("ggpo", "original"): set(),
                       ("grpo_mis",): {"is_weight_mean", "is_masked_frac"},
-                      ("icepop",): {"is_weight_mean", "is_masked_frac"}, ("grpo_tis_seq",): {"is_weight_mean"},
+                      ("icepop",): {"clip_frac", "is_weight_mean", "is_masked_frac"},
+                      ("icepop_primerl",): {"is_weight_mean", "is_masked_frac"}, ("grpo_tis_seq",): {"is_weight_mean"},
                       ("grpo_mis_seq",): {"is_weight_mean", "is_masked_frac"}, ("gspo",): {"clip_frac"},
-                      ("m2po",): {"is_weight_mean", "is_masked_frac"}, ("ds_mask",): {"clip_frac", "is_masked_frac"}}
+                      ("m2po",): {"is_weight_mean", "is_masked_frac"}, ("ds_mask",): {"clip_frac", "is_masked_frac"},
+                      ("ds_v32",): {"clip_frac", "is_masked_frac"}, ("cispo",): {"clip_frac", "is_weight_mean"},
+                      ("sapo",): {"is_weight_mean"}, ("gmpo",): {"clip_frac"}, ("topr",): {"is_weight_mean"},
+                      ("kimi",): set(), ("vespo",): {"is_weight_mean"},
+                      ("gepo",): {"clip_frac", "is_weight_mean"},
+                      ("a3po",): {"clip_frac", "is_weight_mean", "is_masked_frac"},
+                      ("dppo_tv",): {"is_weight_mean", "is_masked_frac"}, ("geo_rs",): {"is_masked_frac"},
+                      ("k3_rs",): {"clip_frac", "is_masked_frac"}, ("snis",): {"is_weight_mean"},
+                      ("vcpo",): {"is_weight_mean"}}
 
 
 @pytest.mark.parametrize("hp,match", [

@@ -283,13 +283,16 @@ def test_padding_may_hold_garbage_and_registry():
     mask = t([[1, 0], [1, 0]])
     for name in losses.LOSSES:
         loss, met = losses.compute_loss(name, logp=logp, behavior_logp=blogp, ref_logp=blogp,
-                                        mask=mask, rewards=t([1, 0]), group_size=2)
+                                        mask=mask, rewards=t([1, 0]), group_size=2, old_logp=blogp,
+                                        a3po_alpha=0.5, response_grad_sq=t([1, 1]))
         g, = torch.autograd.grad(loss, logp)
         assert torch.isfinite(g).all() and (g[:, 1] == 0).all() and math.isfinite(met["loss"])
     assert {name: o.needs_ref for name, o in losses.LOSSES.items()} == \
         {"grpo": False, "grpo_tis": False, "agro": True, "ggpo": True, "grpo_mis": False,
-         "icepop": False, "grpo_tis_seq": False, "grpo_mis_seq": False, "gspo": False,
-         "m2po": False, "ds_mask": False}
+         "icepop": False, "icepop_primerl": False, "grpo_tis_seq": False, "grpo_mis_seq": False,
+         "gspo": False, "m2po": False, "ds_mask": False, "ds_v32": True, "cispo": False, "sapo": False,
+         "gmpo": False, "topr": False, "kimi": False, "vespo": False, "gepo": False, "a3po": False,
+         "dppo_tv": False, "geo_rs": False, "k3_rs": False, "snis": False, "vcpo": False}
     assert losses.needs_ref("ggpo") and not losses.needs_ref("grpo")
 
 
