@@ -82,13 +82,14 @@ def train(cfg: dict, sampler=None) -> list:
     """
     # ------------------------------------------------------------------ setup
     ckpt = preflight(cfg, sampler)  # refuses bad input and a clashing out_dir before any long work
+    cfg, matmul_note = resolve_cpu_matmul(cfg)
     torch.manual_seed(cfg["seed"])
     out_dir, N, T = cfg["out_dir"], cfg["delay"], cfg["updates"]
     offline = bool(cfg["offline_pool"]["path"])
     # N = 0: each batch is trained right after it is sampled, with the weights that sampled it,
     # so learn() takes the learner's view of it from its own forward pass, not a second one
     fresh = not offline and N == 0
-    checkpoint.write_config(out_dir, cfg)
+    checkpoint.write_config(out_dir, cfg, notes={"cpu_matmul": matmul_note})
     tasks.prepare_model(cfg)
     model, ref_model, optimizer = learner.build_learner(cfg)
     device = next(model.parameters()).device
@@ -223,6 +224,39 @@ def train(cfg: dict, sampler=None) -> list:
                            f"continue with resume=true", file=sys.stderr)
                 break
     return rows
+
+
+def resolve_cpu_matmul(cfg: dict) -> tuple:
+    """(cfg with cpu_matmul the backend this run computes with, how it was chosen), the note that
+    config.yaml keeps beside it. The backend decides the learner's rounding, so a run keeps the
+    one it started with: auto takes the one out_dir/config.yaml records (written when the run
+    started; a config.yaml of older code records its explicit onednn or torch), and only a run
+    with none recorded yet resolves auto by the processor (learner.cpu_matmul_backend). An
+    explicit value other than the recorded one is taken (the key may change on resume, e.g. to
+    continue on a machine without oneDNN), with a warning: the run rounds differently from then
+    on."""
+    recorded, note = None, None
+    saved = os.path.join(cfg["out_dir"], "config.yaml")
+    if os.path.exists(saved):
+        with open(saved) as f:
+            for line in f:
+                if line.startswith("cpu_matmul:"):
+                    value, _, note = line[len("cpu_matmul:"):].partition("#")
+                    recorded, note = value.strip(), note.strip() or "recorded in config.yaml"
+                    break
+    if recorded not in ("onednn", "torch"):
+        recorded = None
+    if cfg["cpu_matmul"] == "auto" and recorded:
+        backend, why = recorded, note
+    else:
+        backend, why = learner.cpu_matmul_backend(cfg["cpu_matmul"])
+        if recorded and backend != recorded:
+            print(f"warning: cpu_matmul={backend}, but {cfg['out_dir']} computed with {recorded} so "
+                  f"far (its config.yaml): from here on the learner rounds unlike the run never "
+                  f"stopped; cpu_matmul=auto continues with {recorded}", file=sys.stderr)
+    if cfg["cpu_matmul"] == "auto" and not recorded:
+        print(f"cpu_matmul=auto: {backend} ({why})", file=sys.stderr)
+    return {**cfg, "cpu_matmul": backend}, why
 
 
 def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int,
