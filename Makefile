@@ -45,14 +45,14 @@ PYTHON ?= python3
 # Toy Fig. 1: the four objectives at N = 8, 3 seeds (runs/fig1_toy), then the figure
 # (figures/fig1_toy.png, its table figures/fig1_toy.md).
 demo: .venv/ready
-	$(PY) sweep.py configs/sweep_fig1_toy.yaml
+	$(PY) sweep.py configs/sweep_fig1_toy.yaml --jobs auto
 	$(PY) plot.py fig1 runs/fig1_toy --out figures/fig1_toy.png
 
 # Toy Fig. 3: four objectives x N in {0, 2, 8, 32} (+ GRPO+TIS at 128) x 2 seeds (runs/fig3_toy);
 # Figs. 2 (sampling budget), 5 (difficulty split at N = 8) and 7 (diagnostics against N) from the
 # same runs.
 fig3: .venv/ready
-	$(PY) sweep.py configs/sweep_fig3_toy.yaml
+	$(PY) sweep.py configs/sweep_fig3_toy.yaml --jobs auto
 	$(PY) plot.py fig3 runs/fig3_toy --out figures/fig3_toy.png
 	$(PY) plot.py fig2 runs/fig3_toy --out figures/fig2_toy.png
 	$(PY) plot.py fig5 runs/fig3_toy --out figures/fig5_toy.png --delay 8
@@ -60,25 +60,25 @@ fig3: .venv/ready
 
 # Toy Fig. 4: offline training, four objectives x 3 seeds on one shared pool (runs/fig4_toy).
 fig4: .venv/ready
-	$(PY) sweep.py configs/sweep_fig4_offline_toy.yaml
+	$(PY) sweep.py configs/sweep_fig4_offline_toy.yaml --jobs auto
 	$(PY) plot.py fig4 runs/fig4_toy --out figures/fig4_toy.png
 
 # Toy Figs. 8 and 9: GGPO, beta x reference refresh (runs/fig8_toy).
 fig8: .venv/ready
-	$(PY) sweep.py configs/sweep_fig8_toy.yaml
+	$(PY) sweep.py configs/sweep_fig8_toy.yaml --jobs auto
 	$(PY) plot.py fig8 runs/fig8_toy --out figures/fig8_toy.png
 	$(PY) plot.py fig9 runs/fig8_toy --out figures/fig9_toy.png
 
 # Toy Fig. 10: GGPO's original update vs the detached one with token clipping (runs/fig10_toy).
 fig10: .venv/ready
-	$(PY) sweep.py configs/sweep_fig10_toy.yaml
+	$(PY) sweep.py configs/sweep_fig10_toy.yaml --jobs auto
 	$(PY) plot.py fig10 runs/fig10_toy --out figures/fig10_toy.png
 
 # Toy leaderboard: every registered objective (+ PPO against the sampler) x N in {0, 8, 32, 128}
 # x 2 seeds, 300 updates (runs/leaderboard_toy; finished runs are skipped, so it resumes), then
 # final mean@4 against N (figures/leaderboard_toy.png) and its table (figures/leaderboard_toy.md).
 leaderboard: .venv/ready
-	$(PY) sweep.py configs/sweep_leaderboard_toy.yaml
+	$(PY) sweep.py configs/sweep_leaderboard_toy.yaml --jobs auto
 	$(PY) plot.py leaderboard runs/leaderboard_toy --out figures/leaderboard_toy.png
 
 # Every toy figure (finished runs are skipped).

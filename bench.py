@@ -4,6 +4,7 @@
     python bench.py --profile 50            # cProfile of 50 toy updates: where the time goes
     python bench.py --compare REF [--rounds 3]   # this checkout against git commit REF, alternately
     python bench.py --compare-samplers [--rounds 3]   # sampler=vllm against sampler=transformers
+    python bench.py --compare-cpu-matmul [--rounds 3]   # cpu_matmul=onednn, torch and auto
 
 An update cannot be faster than (a) generating its rollouts plus (b) one forward/backward pass
 of the learner over them; everything else is overhead. For each model, in one process of its
@@ -260,12 +261,22 @@ def compare_samplers(rounds: int) -> None:
                   "sampler=transformers": (HERE, ["sampler=transformers"])}, rounds)
 
 
+def compare_cpu_matmul(rounds: int) -> None:
+    """The same toy runs as compare_commits, in this checkout, with each learner matmul backend
+    and with auto (learner.cpu_matmul_backend: what it picks here is printed), alternately."""
+    import learner
+    backend, why = learner.cpu_matmul_backend("auto")
+    print(f"cpu_matmul=auto here: {backend} ({why})")
+    compare_runs({f"cpu_matmul={m}": (HERE, [f"cpu_matmul={m}"]) for m in ("onednn", "torch", "auto")},
+                 rounds)
+
+
 def compare_runs(runs: dict, rounds: int) -> None:
     """COMPARE_RUN by train.py for each of runs {name: (checkout, extra overrides)}, one process
     at a time and alternately, `rounds` times each. Per run: the median time/update over updates
     11-60 (after the sampler and the learner are warm), its phases, and the wall time of the
-    whole process (interpreter, sampler start and every update). The summary compares the
-    second run against the first."""
+    whole process (interpreter, sampler start and every update). The summary compares every
+    other run against the first."""
     result = {name: [] for name in runs}
     for round_ in range(rounds):
         for name, (root, extra) in runs.items():
@@ -287,13 +298,14 @@ def compare_runs(runs: dict, rounds: int) -> None:
                                                           for k in COMPARE_PHASES), flush=True)
     summary = {name: {k: statistics.median(r[k] for r in runs_) for k in runs_[0]}
                for name, runs_ in result.items()}
-    (first, theirs), (second, ours) = summary.items()
-    print(f"\nmedian over {rounds} rounds: s/update {theirs['update_s']:.4f} ({first}) -> "
-          f"{ours['update_s']:.4f} ({second}): {theirs['update_s'] / ours['update_s']:.2f}x; "
-          f"whole run {theirs['wall_s']:.1f} -> {ours['wall_s']:.1f} s: "
-          f"{theirs['wall_s'] / ours['wall_s']:.2f}x")
-    for k in COMPARE_PHASES:
-        print(f"  {k:9s} {theirs[k]:.4f} -> {ours[k]:.4f} s")
+    (first, theirs), *others = summary.items()
+    for second, ours in others:
+        print(f"\nmedian over {rounds} rounds: s/update {theirs['update_s']:.4f} ({first}) -> "
+              f"{ours['update_s']:.4f} ({second}): {theirs['update_s'] / ours['update_s']:.2f}x; "
+              f"whole run {theirs['wall_s']:.1f} -> {ours['wall_s']:.1f} s: "
+              f"{theirs['wall_s'] / ours['wall_s']:.2f}x")
+        for k in COMPARE_PHASES:
+            print(f"  {k:9s} {theirs[k]:.4f} -> {ours[k]:.4f} s")
 
 
 def main() -> None:
@@ -309,6 +321,8 @@ def main() -> None:
                    help="instead: this checkout against git commit REF on on-policy toy GRPO")
     p.add_argument("--compare-samplers", action="store_true",
                    help="instead: sampler=vllm against sampler=transformers on on-policy toy GRPO")
+    p.add_argument("--compare-cpu-matmul", action="store_true",
+                   help="instead: cpu_matmul=onednn, torch and auto on on-policy toy GRPO")
     p.add_argument("--rounds", type=int, default=3, help="--compare*: runs of each, alternately")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one model, result JSON to --out
     args = p.parse_args()
@@ -318,6 +332,8 @@ def main() -> None:
         return compare_commits(args.compare, args.rounds)
     if args.compare_samplers:
         return compare_samplers(args.rounds)
+    if args.compare_cpu_matmul:
+        return compare_cpu_matmul(args.rounds)
     if args.child:
         name, path = args.child.split("=", 1)
         result = bench_model(name, path, args.repeats, args.losses.split(","))

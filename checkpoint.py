@@ -247,9 +247,14 @@ def drop_logged_after(out_dir: str, update: int) -> None:
         write_atomic(path, "".join(kept))
 
 
-def write_config(out_dir: str, cfg: dict) -> None:
+def write_config(out_dir: str, cfg: dict, notes: dict = None) -> None:
+    """out_dir/config.yaml; notes {top-level key: text} become comments after their keys' values
+    (e.g. how cpu_matmul: auto was resolved)."""
     os.makedirs(out_dir, exist_ok=True)
-    write_atomic(os.path.join(out_dir, "config.yaml"), yaml.safe_dump(cfg, sort_keys=False))
+    lines = yaml.safe_dump(cfg, sort_keys=False).splitlines()
+    for key, note in (notes or {}).items():
+        lines = [f"{line}  # {note}" if line.startswith(f"{key}: ") else line for line in lines]
+    write_atomic(os.path.join(out_dir, "config.yaml"), "\n".join(lines) + "\n")
 
 
 def jsonable(row: dict) -> dict:

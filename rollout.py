@@ -494,19 +494,32 @@ def make_pool(cfg: dict, sampler, fresh_behavior) -> None:
     there yet, with the engine's current weights (the caller's base model). Batch i holds the
     prompts of batch i of a run seeded offline_pool.seed; each batch file is written atomically,
     so a stopped generation continues where it stopped. A complete pool is left untouched.
-    fresh_behavior(batch) sets the batch's behavior log-probs (learner.fresh_behavior)."""
+    fresh_behavior(batch) sets the batch's behavior log-probs (learner.fresh_behavior).
+    Runs started together (sweep.py --jobs) share the work out by a lock on the folder: one
+    makes the pool, the others wait for it and find it complete."""
     path = cfg["offline_pool"]["path"]
     os.makedirs(path, exist_ok=True)
-    if not os.path.exists(os.path.join(path, "recipe.json")):
-        checkpoint.write_atomic(os.path.join(path, "recipe.json"),
-                                json.dumps(pool_recipe(cfg), indent=1))
-    check_pool_recipe(cfg)
-    missing = [i for i in range(cfg["offline_pool"]["batches"])
-               if not os.path.exists(_pool_batch_file(cfg, i))]
-    for i in tqdm(missing, desc=f"offline pool {path}", dynamic_ncols=True, disable=not missing):
-        batch, _ = sample_batch({**cfg, "seed": cfg["offline_pool"]["seed"]}, sampler, i)
-        fresh_behavior(batch)
-        checkpoint.write_atomic(_pool_batch_file(cfg, i), json.dumps(batch.to_dict()))
+    with open(os.path.join(path, ".lock"), "w") as lock:
+        try:
+            import fcntl  # POSIX; elsewhere (Windows) runs are not started together
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"offline pool {path}: another run is making it; waiting for it",
+                      file=sys.stderr)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+        except ImportError:
+            pass
+        if not os.path.exists(os.path.join(path, "recipe.json")):
+            checkpoint.write_atomic(os.path.join(path, "recipe.json"),
+                                    json.dumps(pool_recipe(cfg), indent=1))
+        check_pool_recipe(cfg)
+        missing = [i for i in range(cfg["offline_pool"]["batches"])
+                   if not os.path.exists(_pool_batch_file(cfg, i))]
+        for i in tqdm(missing, desc=f"offline pool {path}", dynamic_ncols=True, disable=not missing):
+            batch, _ = sample_batch({**cfg, "seed": cfg["offline_pool"]["seed"]}, sampler, i)
+            fresh_behavior(batch)
+            checkpoint.write_atomic(_pool_batch_file(cfg, i), json.dumps(batch.to_dict()))
 
 
 def pool_batch(cfg: dict, update: int) -> RolloutBatch:

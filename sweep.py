@@ -1,6 +1,7 @@
 """Run a grid of training runs (objectives x N x seeds) here, send it to SLURM, or print it.
 
     python sweep.py configs/sweep_fig3_toy.yaml            # run every unfinished run here
+    python sweep.py configs/sweep_fig3_toy.yaml --jobs auto   # as many at once as pays here
     python sweep.py configs/sweep_fig3_qwen.yaml --slurm --slurm-partition gpu --slurm-time-min 2880
     python sweep.py configs/sweep_fig3_toy.yaml --print    # one command per run, for a scheduler
 
@@ -19,8 +20,18 @@ A sweep file names a base config, a grid and an output root:
 Each run goes to <out_root>/<loss>_N<delay>_s<seed>, followed by _<name>-<value> for every other
 grid key (name: the last part of a dotted key), e.g. ggpo_N8_s0_beta-0.1_ref_refresh_every-25.
 A run whose metrics.jsonl already reaches `updates` is skipped, an unfinished one resumes from
-its last checkpoint. Runs here share one sampler (vLLM engine) while its settings (model,
-`sampler`, sampler dtype, `vllm`) stay the same.
+its last checkpoint.
+
+Here, runs go to --jobs worker processes (default 1; auto: plan_jobs). Each takes the next
+unfinished run of the grid from this process, runs it with train.train (its output to
+<out_dir>/train.log) and keeps its sampler (vLLM engine) for its next runs while the engine's
+settings (model, `sampler`, sampler dtype, `vllm`) stay the same. With more than one job, each
+worker is pinned to its own cores (CPU affinity, torch's threads, vLLM's CPU thread binding;
+on a GPU host: its own GPU). This process prints one line per event (a run started, done,
+failed) and a status line every minute: runs going with their updates, done, failed, waiting,
+and the time left. A failed run does not stop the others; the sweep then ends with exit code 1
+naming each failed run and its log. SIGINT/SIGTERM is passed to every worker: each finishes its
+update, checkpoints and stops (a second signal aborts at once); the same command continues.
 
 --slurm submits one job per unfinished run through submitit (a job array; logs in
 <out_root>/slurm/), each with the resources of SLURM below, the sweep file's `slurm:` mapping
@@ -29,14 +40,19 @@ near its time limit checkpoints and requeues itself (TrainJob); rerunning the sa
 later submits only what is still unfinished.
 """
 import argparse
+import collections
 import gc
 import itertools
 import json
 import os
+import selectors
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
+import time
+import traceback
 
 import yaml
 
@@ -184,17 +200,392 @@ def unfinished(sweep: dict) -> list:
     return todo
 
 
+# ----------------------------------------------------------------------------- jobs here
+
+# A toy job (1 M parameters) gains little from a second core: on 2 cores (AMD EPYC) 2 jobs of
+# 1 core each finished the 12 runs of Fig. 1 in XXX s against XXX s for 1 job of 2 (plan_jobs).
+CORES_PER_JOB = 1
+# Memory of one CPU job besides its model's weights: the engine's KV cache
+# (VLLM_CPU_KVCACHE_SPACE GiB, set in rollout.py) and ~1.5 GiB of process, libraries and buffers
+# (a toy job's peak RSS: XXX GiB)
+JOB_MEMORY_GIB = 1.5
+
+
+def memory_available_gib():
+    """MemAvailable of /proc/meminfo in GiB (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2 ** 20
+    except OSError:
+        pass
+    return None
+
+
+def plan_jobs(jobs: str, runs: int, cfg: dict, cores_per_job: int = None) -> tuple:
+    """([{"cores": [...] or None, "gpu": id or None}] one per worker, why) for --jobs `jobs` (a
+    number or auto) and --cores-per-job, `runs` unfinished runs of the grid, `cfg` the first
+    run's config.
+
+    On the CPU a run's numbers depend on its thread count (torch's and vLLM's reductions split by
+    threads: a 1-thread toy run and a 2-thread one differ in the 7th digit from update ~16 on),
+    so auto gives every job the same CORES_PER_JOB cores whatever the grid's size (the last run
+    of a sweep, or a failed run rerun alone, rounds as it would have among the others), and
+    jobs = cores // CORES_PER_JOB, at most the runs to do and the jobs that fit in the memory
+    available (each: VLLM_CPU_KVCACHE_SPACE + JOB_MEMORY_GIB + 8 x the model's files: sampler,
+    learner, gradients, AdamW's two moments and a reference in float32). 2 cores: 2 jobs of 1
+    core; 8 cores: 8 jobs (20 GiB); 16: 16 (40 GiB); 64: 64 if 160 GiB are free, else fewer.
+    On a GPU host (the learner would take a GPU) auto is one job per GPU, each with its own GPU
+    and an equal share of the cores (one GPU: one job, not pinned).
+    A number N: N jobs (at most the runs to do) of --cores-per-job cores, or of an equal share
+    of the cores; one job is then not pinned: every core, as train.py alone would have.
+    """
+    gpus = []
+    if cfg["device"] != "cpu":
+        import torch
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = visible.split(",") if visible else list(map(str, range(torch.cuda.device_count())))
+        gpus = gpus[:torch.cuda.device_count()]
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        list(range(os.cpu_count() or 1))
+    if jobs == "auto" and gpus:
+        n, why = len(gpus), f"auto: {len(gpus)} GPU(s), one job each"
+    elif jobs == "auto":
+        cores_per_job = cores_per_job or CORES_PER_JOB
+        per_job = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")) + JOB_MEMORY_GIB \
+            + 8 * model_files_gib(cfg["model"])
+        free = memory_available_gib()
+        by_memory = int(free // per_job) if free is not None else len(cores)
+        n = max(1, min(len(cores) // cores_per_job, by_memory))
+        why = (f"auto: {len(cores)} cores, {cores_per_job} per job"
+               + (f"; {free:.0f} GiB free, {per_job:.1f} per job" if free is not None else ""))
+    else:
+        n, why = int(jobs), f"--jobs {jobs}"
+    n = max(1, min(n, runs))
+    if gpus and n > len(gpus):
+        raise ValueError(f"--jobs {jobs}: {n} jobs on {len(gpus)} GPU(s); each job needs its "
+                         f"own GPU")
+    if cores_per_job is None and n == 1:
+        return [{"cores": None, "gpu": None}], why + f" -> 1 job, not pinned ({len(cores)} cores)"
+    cores_per_job = cores_per_job or len(cores) // n
+    if not 1 <= n * cores_per_job <= len(cores):
+        raise ValueError(f"--jobs {jobs}: {n} job(s) of {cores_per_job or 1} core(s) need more than "
+                         f"the {len(cores)} cores here; each job needs cores of its own")
+    plan = [{"cores": cores[i * cores_per_job:(i + 1) * cores_per_job],
+             "gpu": gpus[i] if gpus else None} for i in range(n)]
+    return plan, why + f" -> {n} job(s) of {cores_per_job} core(s)" + (", 1 GPU each" if gpus else "")
+
+
+def model_files_gib(model: str) -> float:
+    """Size of the model folder's weight files in GiB (0 for a folder not there yet)."""
+    if not os.path.isdir(model):
+        return 0.0
+    return sum(os.path.getsize(os.path.join(model, n)) for n in os.listdir(model)
+               if n.endswith((".safetensors", ".bin", ".pt"))) / 2 ** 30
+
+
+def logged_update(out_dir: str) -> int:
+    """The last update in out_dir/metrics.jsonl (0: none yet), from its tail; a line being
+    written is skipped."""
+    try:
+        with open(os.path.join(out_dir, "metrics.jsonl"), "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line).get("update", 0))
+        except (ValueError, AttributeError):
+            continue
+    return 0
+
+
+class Worker:
+    """One worker process (sweep.py --worker): its slot of the plan, the run it holds, and the
+    pipes: its stdin takes one run per line, its status pipe gives one event per line."""
+
+    def __init__(self, slot: int, place: dict, sweep_path: str):
+        self.slot, self.place, self.run, self.started_runs, self.buffer = slot, place, None, 0, b""
+        self.event = None  # the last event of the run it holds
+        read, write = os.pipe()
+        env = {"TQDM_MININTERVAL": "30", **os.environ}  # the log: a progress line per 30 s
+        if place["cores"] is not None:
+            cores = ",".join(map(str, place["cores"]))
+            env.update(OMP_NUM_THREADS=str(len(place["cores"])), VLLM_CPU_OMP_THREADS_BIND=cores)
+        if place["gpu"] is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(place["gpu"])
+        argv = [sys.executable, os.path.abspath(__file__), sweep_path, "--worker",
+                ",".join(map(str, place["cores"] or [])), "--status-fd", str(write)]
+        # a session of its own: a Ctrl-C at the terminal reaches this process only, which passes
+        # it on once (train.py aborts at once on a second signal)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env, pass_fds=(write,),
+                                     start_new_session=True)
+        os.close(write)
+        self.status = read
+
+    @property
+    def name(self) -> str:
+        where = f"cores {','.join(map(str, self.place['cores']))}" if self.place["cores"] else "all cores"
+        return f"worker {self.slot} ({where}" + (f", GPU {self.place['gpu']})" if
+                                                  self.place["gpu"] is not None else ")")
+
+    def give(self, index: int, config_path: str, overrides: list) -> None:
+        self.run, self.event = index, None
+        self.proc.stdin.write((json.dumps({"run": index, "config": config_path,
+                                           "overrides": overrides}) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        """No more runs: the worker exits when it has finished the one it holds."""
+        if not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+
+    def events(self) -> list:
+        """The complete event lines read so far; [None] once the worker's pipe has closed."""
+        data = os.read(self.status, 65536)
+        if not data:
+            return [None]
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def say(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
+             status_every: float = 60.0) -> int:
+    """Every unfinished run of the grid in worker processes (see the module's docstring);
+    returns the exit code: 0 all finished, 1 some failed, 128 + signal when stopped by one."""
+    import fcntl
+    os.makedirs(sweep["out_root"], exist_ok=True)
+    lock = open(os.path.join(sweep["out_root"], ".sweep.lock"), "w")
+    try:  # held until this process ends
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ValueError(f"another sweep.py is running the runs of {sweep['out_root']}: wait for "
+                         f"it, or stop it (Ctrl-C) and run this one") from None
+    todo = unfinished(sweep)
+    if not todo:
+        return 0
+    plan, why = plan_jobs(jobs, len(todo), todo[0][0], cores_per_job)
+    say(f"{len(plan)} job(s) ({why}); each run's output in <out_dir>/train.log")
+    name = lambda i: os.path.basename(todo[i][1])
+    log_of = lambda i: os.path.join(todo[i][1], "train.log")
+    waiting = collections.deque(range(len(todo)))
+    done, failed, stopped = [], {}, {}
+    first_update = {i: logged_update(todo[i][1]) for i in range(len(todo))}
+    started_at, t0 = {}, time.time()
+    selector = selectors.DefaultSelector()
+    stop = {"signal": None}
+
+    def start_worker(slot: int) -> None:
+        worker = Worker(slot, plan[slot], sweep_path)
+        selector.register(worker.status, selectors.EVENT_READ, worker)
+        hand_out(worker)
+
+    def hand_out(worker: Worker) -> None:
+        if waiting and stop["signal"] is None:
+            i = waiting.popleft()
+            try:
+                worker.give(i, sweep["config"], todo[i][2])
+                return
+            except BrokenPipeError:  # it died meanwhile: its exit is handled with its pipe
+                waiting.appendleft(i)
+                worker.run = None
+        worker.close()
+
+    def on_signal(signum, frame) -> None:
+        first = stop["signal"] is None
+        stop["signal"] = stop["signal"] or signum
+        for key in list(selector.get_map().values()):
+            try:
+                key.data.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        say(f"{signal.Signals(signum).name}: " + (
+            "every worker finishes its update, checkpoints and stops (again: abort at once)"
+            if first else "aborting every worker now (the last checkpoints stay)"))
+
+    def status_line() -> str:
+        going = [key.data for key in selector.get_map().values() if key.data.run is not None]
+        progress = {w.run: logged_update(todo[w.run][1]) for w in going}
+        made = sum(max(0, u - first_update[i]) for i, u in progress.items()) + sum(
+            todo[i][0]["updates"] - first_update[i] for i in done)
+        left = sum(todo[i][0]["updates"] - progress.get(i, first_update[i])
+                   for i in list(waiting) + list(progress))
+        eta = f"~{left * (time.time() - t0) / made / 60:.0f} min left" if made else "time left: not known yet"
+        return (f"status: {len(done)} done, {len(failed)} failed, {len(going)} going"
+                + "".join(f", {name(i)} at {u}/{todo[i][0]['updates']}" for i, u in progress.items())
+                + f"; {len(waiting)} waiting; {eta}")
+
+    handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for slot in range(len(plan)):
+            start_worker(slot)
+        last_status = time.time()
+        while selector.get_map():
+            for key, _ in selector.select(timeout=1.0):
+                worker = key.data
+                for event in worker.events():
+                    if event is None:  # the worker has exited
+                        selector.unregister(worker.status)
+                        os.close(worker.status)
+                        code = worker.proc.wait()
+                        i = worker.run
+                        if i is not None and i not in failed and i not in stopped:
+                            how = (f"killed by {signal.Signals(-code).name}" if code < 0 else
+                                   f"exited with code {code}")
+                            if stop["signal"] is not None:
+                                stopped[i] = f"worker {how} before it checkpointed"
+                            else:
+                                failed[i] = f"its worker {how}"
+                            say(f"{worker.name}: {name(i)} " + ("stopped" if i in stopped else
+                                "FAILED") + f": {stopped.get(i) or failed[i]} (log {log_of(i)})")
+                        # a fresh worker for what is left, unless this one never got through its
+                        # start (it would fail the same way again)
+                        if waiting and stop["signal"] is None and worker.started_runs:
+                            start_worker(worker.slot)
+                        break
+                    i = event["run"]
+                    if event["event"] == "start":
+                        worker.started_runs += 1
+                        started_at[i] = time.time()
+                        say(f"{worker.name}: start {name(i)} ({len(started_at)}/{len(todo)})"
+                            + (f", resuming at update {first_update[i]}" if first_update[i] else ""))
+                    elif event["event"] == "done":
+                        done.append(i)
+                        worker.run = None
+                        say(f"{worker.name}: done {name(i)} in {time.time() - started_at[i]:.0f} s "
+                            f"({len(done)}/{len(todo)} done)")
+                        hand_out(worker)
+                    elif event["event"] == "failed":
+                        failed[i] = event["error"]
+                        say(f"{worker.name}: {name(i)} FAILED: {event['error']} (log {log_of(i)})")
+                    elif event["event"] == "stopped":
+                        stopped[i] = f"stopped by {event['signal']} after a checkpoint"
+                        say(f"{worker.name}: {name(i)} {stopped[i]}")
+            if time.time() - last_status >= status_every and selector.get_map() and (waiting or any(
+                    key.data.run is not None for key in selector.get_map().values())):
+                say(status_line())
+                last_status = time.time()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    not_run = [i for i in waiting if i not in failed]
+    say(f"sweep: {len(done)} of {len(todo)} runs done in {time.time() - t0:.0f} s"
+        + (f", {len(failed)} failed" if failed else "") + (f", {len(stopped)} stopped" if stopped else "")
+        + (f", {len(not_run)} not run" if not_run else ""))
+    for i, why_failed in failed.items():
+        print(f"  FAILED {todo[i][1]}: {why_failed}; log {log_of(i)}", file=sys.stderr)
+    for i, why_stopped in stopped.items():
+        print(f"  stopped {todo[i][1]}: {why_stopped}", file=sys.stderr)
+    if stop["signal"] is not None:
+        print(f"  run the same command to continue", file=sys.stderr)
+        return 128 + stop["signal"]
+    if not_run:
+        print(f"  not run ({len(not_run)}): " + ", ".join(name(i) for i in not_run)
+              + "; no worker could start: see the messages above", file=sys.stderr)
+    return 1 if failed or not_run else 0
+
+
+def worker_main(cores: str, status_fd: int) -> None:
+    """sweep.py --worker: pinned to `cores` (empty: not pinned), run the runs given on stdin one
+    after the other, keeping the sampler while the engine's settings stay the same; report on
+    the status pipe. Exits after a run that failed or was stopped by a signal (the sweep starts
+    a fresh worker for the runs still waiting), and when stdin closes."""
+    import torch
+    if cores:
+        cpus = [int(c) for c in cores.split(",")]
+        os.sched_setaffinity(0, cpus)
+        torch.set_num_threads(len(cpus))  # before the engine: vLLM's CPU backend then freezes it
+    try:  # Linux: SIGTERM (checkpoint, stop) when the sweep process dies
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    status = os.fdopen(status_fd, "w", buffering=1)
+    report = lambda **event: status.write(json.dumps(event) + "\n")
+    sampler, engine = None, None
+    for line in sys.stdin:
+        job = json.loads(line)
+        cfg = config.load_config(job["config"], job["overrides"])
+        os.makedirs(cfg["out_dir"], exist_ok=True)
+        report(event="start", run=job["run"])
+        error = None
+        with open(os.path.join(cfg["out_dir"], "train.log"), "a") as log, redirected(log):
+            print(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} sweep worker pid {os.getpid()}, "
+                  f"cores {cores or 'all'}, {torch.get_num_threads()} threads", file=sys.stderr)
+            try:
+                if engine_key(cfg) != engine:  # a grid over the engine's own settings needs a new one
+                    del sampler
+                    gc.collect()
+                    sampler, engine = None, None
+                    sampler, engine = rollout.make_sampler(cfg), engine_key(cfg)
+                train.train({**cfg, "resume": True}, sampler=sampler)  # an unfinished run continues
+            except Exception as e:
+                traceback.print_exc()
+                error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        if error:
+            report(event="failed", run=job["run"], error=error)
+            sys.exit(1)
+        if checkpoint.STOP["signal"]:  # SIGINT/SIGTERM: this run checkpointed; rerun to continue
+            report(event="stopped", run=job["run"], signal=signal.Signals(checkpoint.STOP["signal"]).name)
+            sys.exit(128 + checkpoint.STOP["signal"])
+        report(event="done", run=job["run"])
+
+
+class redirected:
+    """Within the block, file descriptors 1 and 2 (this process's and its libraries' output)
+    write to `log`."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.saved = [os.dup(1), os.dup(2)]
+        os.dup2(self.log.fileno(), 1)
+        os.dup2(self.log.fileno(), 2)
+
+    def __exit__(self, *exc):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, saved in zip((1, 2), self.saved):
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="sweep YAML file")
     parser.add_argument("--print", action="store_true", help="print one command per run")
+    parser.add_argument("--jobs", default="1", help="runs at once here: a number, or auto "
+                                                    "(plan_jobs: by cores, memory and GPUs)")
+    parser.add_argument("--cores-per-job", type=int, help="cores (threads) of each job (default: "
+                        "auto 1 on a CPU host; N: an equal share)")
     parser.add_argument("--slurm", action="store_true", help="submit one SLURM job per "
                                                              "unfinished run (submitit)")
     for key, default in SLURM.items():
         parser.add_argument(f"--slurm-{key.replace('_', '-')}", dest=f"slurm_{key}",
                             type=type(default) if isinstance(default, int) else str,
                             help=f"default {default}, or the sweep file's slurm.{key}")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one worker process
+    parser.add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.worker is not None:
+        return worker_main(args.worker, args.status_fd)
+    if args.jobs != "auto" and not (args.jobs.isdigit() and int(args.jobs) >= 1):
+        parser.error(f"--jobs must be a number >= 1 or auto, got {args.jobs!r}")
+    if args.cores_per_job is not None and args.cores_per_job < 1:
+        parser.error(f"--cores-per-job must be >= 1, got {args.cores_per_job}")
     with open(args.sweep) as f:
         sweep = yaml.safe_load(f)
     if args.print:
@@ -210,17 +601,12 @@ def main(argv=None) -> None:
             sys.exit(f"error: {e}")
         submit(sweep, executor)
         return
-    todo = [(cfg, d) for cfg, d, _ in unfinished(sweep)]
-    sampler, engine = None, None
-    for i, (cfg, out_dir) in enumerate(todo):
-        print(f"[{i + 1}/{len(todo)}] {out_dir}", file=sys.stderr)
-        if engine_key(cfg) != engine:  # a grid over the engine's own settings needs a new one
-            del sampler
-            gc.collect()
-            sampler, engine = rollout.make_sampler(cfg), engine_key(cfg)
-        train.train({**cfg, "resume": True}, sampler=sampler)  # an unfinished run continues
-        if checkpoint.STOP["signal"]:  # SIGINT/SIGTERM: this run checkpointed; rerun to continue
-            sys.exit(128 + checkpoint.STOP["signal"])
+    try:
+        code = run_here(sweep, args.sweep, args.jobs, args.cores_per_job)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    if code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -87,13 +87,14 @@ def train(cfg: dict, sampler=None) -> list:
     """
     # ------------------------------------------------------------------ setup
     ckpt = rollout.preflight(cfg, sampler)  # refuses bad input and a clashing out_dir before any long work
+    cfg, matmul_note = learner.resolve_cpu_matmul(cfg)  # auto -> the backend, kept on resume
     torch.manual_seed(cfg["seed"])
     out_dir, N, T = cfg["out_dir"], cfg["delay"], cfg["updates"]
     offline = bool(cfg["offline_pool"]["path"])
     # N = 0: each batch is trained right after it is sampled, with the weights that sampled it,
     # so learn() takes the learner's view of it from its own forward pass, not a second one
     fresh = not offline and N == 0
-    checkpoint.write_config(out_dir, cfg)
+    checkpoint.write_config(out_dir, cfg, notes={"cpu_matmul": matmul_note})
     tasks.prepare_model(cfg)
     model, ref_model, optimizer = learner.build_learner(cfg)
     device = next(model.parameters()).device
