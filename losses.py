@@ -724,7 +724,7 @@ def _seq_mean(x, mask):
 
 @register("gepo", needs_ref=False, label="GEPO", batch_stats=_gspo_stats, stats_read_logp=False)
 def gepo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
-    r"""GEPO (group expectation policy optimization; Zhang et al., 2025, "GEPO: Group Expectation
+    r"""GEPO (group expectation policy optimization, the HeteroRL paper, 2025: "Group Expectation
     Policy Optimization for Heterogeneous Reinforcement Learning"), as the HeteroRL_GEPO learner
     computes it (``src/open-r1/learner_script_checkpoint.py``, ``_compute_loss``, loss_type
     "gepo"; its "old" log-probs are the sampler's, so it is already a ratio against the sampler):
@@ -749,7 +749,7 @@ def gepo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     A = _grpo_advantages(rewards, m)[:, None]
     lengths = mask.sum(1, keepdim=True).clamp(min=1)
     mean_b = _seq_mean(behavior_logp, mask).view(-1, m)
-    # log E_q[Q] = log sum Q^2 - log sum Q, in log space (Q_i of long responses underflow)
+    # log E_q[Q] = log sum Q^2 - log sum Q, in log space (no underflow of Q^2 at low mean log-probs)
     log_e = (torch.logsumexp(2 * mean_b, 1, keepdim=True) - torch.logsumexp(mean_b, 1, keepdim=True))
     w = torch.exp(_seq_mean(logp, mask)[:, None] - log_e.expand(-1, m).reshape(-1, 1))
     lo, hi = 1.0 - hp["gepo_eps"], 1.0 + hp["gepo_eps"]
@@ -773,12 +773,13 @@ def a3po_alpha(staleness):
 
 @register("a3po", needs_ref=False, label="A-3PO")
 def a3po(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
-    r"""A-3PO (staleness-aware proximal policy approximation; AReaL, ``areal/trainer/ppo/actor.py``,
+    r"""A-3PO (staleness-aware proximal policy approximation; AReaL's docs/en/algorithms/
+    prox_approx.md; ``areal/trainer/ppo/actor.py``,
     ``compute_prox_logp_approximations`` with ``prox_logp_method: loglinear``, inside
     ``areal/utils/functional/functional.py`` ``ppo_actor_loss_fn``, decoupled PPO): the proximal
     policy is not recomputed but interpolated in log space between the sampler and the learner,
 
-        log pi_prox = (1 - alpha) b + alpha sg(l),   alpha = a3po_alpha = a3po_alpha(s) (the loop),
+        log pi_prox = (1 - alpha) b + alpha sg(l),   alpha: the key a3po_alpha (the loop: a3po_alpha(s)),
         r = exp(l - log pi_prox) (value rho^(1 - alpha)),  u = exp(log pi_prox - b) = rho^alpha,
         w = u 1[mis_low <= u <= mis_high]   (AReaL's rejection_sampling: token, mask, upper 5),
         loss = -(1/n) sum mask w min(r A_i, clip(r, 1 - eps_l, 1 + eps_h) A_i),
@@ -786,11 +787,12 @@ def a3po(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     alpha = 0 (s <= 1) is PPO's clip against the sampler; alpha -> 1 (s large) leaves the behavior
     weight rho masked above mis_high with a clip that hardly acts, i.e. ``grpo_mis``. The
     direction: alpha weighs the learner, so the proximal policy moves from the sampler to the
-    learner as the batch gets staler. At one update per batch AReaL's true proximal policy is the
-    learner itself (ratio 1); A-3PO places it one version behind the learner instead, which is
-    what makes it differ from decoupled PPO here. AReaL's example (gsm8k_grpo_prox_approx.yaml)
-    uses eps_clip 0.4; here clip_low / clip_high (0.2, AReaL's default). No dual clip (c_clip
-    defaults to None). a3po_alpha null (the default): set per batch by train.learn_or_skip.
+    learner as the batch gets staler. At one update per batch the proximal policy AReaL recomputes
+    (prox_logp_method: recompute) is the learner itself (ratio 1: ``grpo_mis``); A-3PO places it
+    one version behind the learner instead, which is what makes it differ from decoupled PPO
+    here. AReaL's example (gsm8k_grpo_prox_approx.yaml) uses eps_clip 0.4; here clip_low /
+    clip_high (0.2, AReaL's default). No dual clip (c_clip defaults to None). a3po_alpha null
+    (the default): set per batch by train.learn_or_skip.
     Metrics: clip_frac (kept tokens clipped), is_weight_mean / is_masked_frac of w, a3po_alpha.
     """
     alpha = hp["a3po_alpha"]
@@ -946,8 +948,8 @@ def vcpo_lr_scale(seq_log_ratio):
 
 @register("vcpo", needs_ref=False, label="VCPO", needs_grad_sq=True)
 def vcpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
-    r"""VCPO (variance-controlled off-policy optimization; Huang et al., 2026, "Stable Asynchrony:
-    Variance-Controlled Off-Policy RL for LLMs"; mit-han-lab/vcpo): its closed-form off-policy
+    r"""VCPO (variance-controlled off-policy optimization; "Stable Asynchrony: Variance-Controlled
+    Off-Policy RL for LLMs", arXiv 2602.17616; mit-han-lab/vcpo): its closed-form off-policy
     optimal baseline (OPOB) on sequence TIS. Its other half, the learning rate scaled by the
     batch's ESS, acts on the optimizer step: train.learn multiplies lr by vcpo_lr_scale of the
     whole batch for that step. Reference: ``recipe/fully_async_policy/staleness_utils.py``
