@@ -169,8 +169,7 @@ def cpu_matmul_backend(choice: str) -> tuple:
         (2-core Xeon) the toy learn phase took 0.106 s with torch against 0.124 s with onednn.
       - x86 other vendors (AMD): onednn. MKL picks its code path by vendor and takes AVX2 on
         AMD, oneDNN by the processor's instruction sets: with AVX-512 (2-core EPYC Zen 5) 2.2x
-        torch's matmul throughput; with AVX2 only (2-core EPYC Zen 3) learn 0.XXX s onednn
-        against 0.XXX s torch.
+        torch's matmul throughput; with AVX2 only (2-core EPYC Zen 3) not yet measured.
       - anything else (aarch64, macOS): torch, its own BLAS; oneDNN there is unmeasured, and
         absent from some builds (onednn_linear_works).
     """

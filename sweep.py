@@ -202,12 +202,13 @@ def unfinished(sweep: dict) -> list:
 
 # ----------------------------------------------------------------------------- jobs here
 
-# A toy job (1 M parameters) gains little from a second core: on 2 cores (AMD EPYC) 2 jobs of
-# 1 core each finished the 12 runs of Fig. 1 in XXX s against XXX s for 1 job of 2 (plan_jobs).
+# A toy job (1 M parameters) gains little from a second core: by hand on a 2-core machine, two
+# pinned 1-core toy runs took 44 s together against 60 s one after the other (1.37x); the
+# sweep's own jobs 2 vs jobs 1 comparison is not measured yet.
 CORES_PER_JOB = 1
 # Memory of one CPU job besides its model's weights: the engine's KV cache
 # (VLLM_CPU_KVCACHE_SPACE GiB, set in rollout.py) and ~1.5 GiB of process, libraries and buffers
-# (a toy job's peak RSS: XXX GiB)
+# (an estimate: a toy run's peak RSS is not measured yet; toy runs showed ~2-2.8 GB RSS in ps)
 JOB_MEMORY_GIB = 1.5
 
 

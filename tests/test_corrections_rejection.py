@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import losses  # noqa: E402
+from test_corrections import advantages  # noqa: E402  (A_i by hand)
 
 D = torch.float64
 NEW = ["gepo", "a3po", "dppo_tv", "geo_rs", "k3_rs", "snis", "vcpo"]
@@ -39,16 +40,6 @@ def random_batch(seed, B=32, T=6, m=4):
     r[::m], r[1::m] = 1.0, 0.0
     grad_sq = torch.rand(B, generator=g, dtype=D) * 10 + 0.1
     return logp, b, mask, r, m, grad_sq
-
-
-def advantages(r, m):
-    out = []
-    for i in range(0, len(r), m):
-        g = [float(x) for x in r[i:i + m]]
-        mu = sum(g) / m
-        sd = math.sqrt(sum((x - mu) ** 2 for x in g) / (m - 1))
-        out += [(x - mu) / (sd + 1e-6) for x in g]
-    return out
 
 
 def extra_inputs(name, grad_sq, **hp):

@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import losses  # noqa: E402
+from test_corrections import advantages  # noqa: E402  (A_i by hand)
 
 D = torch.float64
 NEW = ["cispo", "sapo", "gmpo", "topr", "kimi", "vespo", "icepop", "ds_v32"]
@@ -38,17 +39,6 @@ def random_batch(seed, B=24, T=6, m=4, spread=1.0, rewards=(0.0, 1.0)):
     r = choices[torch.randint(0, len(rewards), (B,), generator=g)]
     r[::m], r[1::m] = max(rewards), min(rewards)  # every group mixed: nonzero advantages
     return dict(logp=logp, b=b, old=old, ref=ref, mask=mask, r=r, m=m)
-
-
-def advantages(r, m):
-    """A_i = (r_i - mean) / (unbiased std + 1e-6) per group, by hand."""
-    out = []
-    for i in range(0, len(r), m):
-        g = [float(x) for x in r[i:i + m]]
-        mu = sum(g) / m
-        sd = math.sqrt(sum((x - mu) ** 2 for x in g) / (m - 1))
-        out += [(x - mu) / (sd + 1e-6) for x in g]
-    return out
 
 
 def grad_of(name, batch, logp=None, batch_stats=None, **hp):
