@@ -4,7 +4,7 @@
     python bench.py --profile 50            # cProfile of 50 toy updates: where the time goes
     python bench.py --compare REF [--rounds 3]   # this checkout against git commit REF, alternately
     python bench.py --compare-samplers [--rounds 3]   # sampler=vllm against sampler=transformers
-    python bench.py --compare-cpu-matmul [--rounds 3]   # cpu_matmul=onednn, torch and auto
+    python bench.py --compare-cpu-matmul [--rounds 3]   # the learner with onednn and torch matmuls
 
 An update cannot be faster than (a) generating its rollouts plus (b) one forward/backward pass
 of the learner over them; everything else is overhead. For each model, in one process of its
@@ -261,22 +261,49 @@ def compare_samplers(rounds: int) -> None:
                   "sampler=transformers": (HERE, ["sampler=transformers"])}, rounds)
 
 
-def compare_cpu_matmul(rounds: int) -> None:
-    """The same toy runs as compare_commits, in this checkout, with each learner matmul backend
-    and with auto (learner.cpu_matmul_backend: what it picks here is printed), alternately."""
+def compare_cpu_matmul(rounds: int, batches: int = 8) -> None:
+    """The learner's update (train.learn: forward, backward, AdamW step) with cpu_matmul=onednn
+    and with cpu_matmul=torch, in one process, alternately on the same toy batches (on-policy
+    GRPO, 16 x 8, 16 tokens, sampled once by the engine), `rounds` passes over `batches`
+    batches after one warm-up pass; the order of the two alternates too, so that a change of
+    load on the machine hits both alike. Prints the median seconds of each and what auto picks
+    here (auto runs exactly that backend's code)."""
+    import torch
+    import config
     import learner
+    import rollout
+    import train
+
     backend, why = learner.cpu_matmul_backend("auto")
-    print(f"cpu_matmul=auto here: {backend} ({why})")
-    compare_runs({f"cpu_matmul={m}": (HERE, [f"cpu_matmul={m}"]) for m in ("onednn", "torch", "auto")},
-                 rounds)
+    cfg = config.load_config(os.path.join(HERE, "configs", "toy.yaml"), [
+        "delay=0", "eval_every=0", "loss=grpo", f"out_dir={tempfile.mkdtemp(prefix='bench-')}"])
+    sampler = rollout.make_sampler(cfg)
+    pad_id = sampler.tokenizer.pad_token_id
+    data = [rollout.sample_batch(cfg, sampler, i)[0] for i in range(batches)]
+    learners = {m: learner.build_learner({**cfg, "cpu_matmul": m}) for m in ("onednn", "torch")}
+    seconds = {m: [] for m in learners}
+    for round_ in range(1 + rounds):
+        for i, batch in enumerate(data):
+            for m in (("onednn", "torch") if (round_ + i) % 2 else ("torch", "onednn")):
+                model, ref_model, optimizer = learners[m]
+                t0 = time.perf_counter()
+                train.learn(cfg, model, ref_model, optimizer, batch, pad_id)
+                if round_:  # the first pass warms up
+                    seconds[m].append(time.perf_counter() - t0)
+    med = {m: statistics.median(v) for m, v in seconds.items()}
+    print(f"learner update (train.learn), toy GRPO 16 x 8, {torch.get_num_threads()} threads, "
+          f"median of {rounds * batches}: onednn {med['onednn']:.4f} s, torch {med['torch']:.4f} s "
+          f"(torch / onednn {med['torch'] / med['onednn']:.3f}); cpu_matmul=auto here: {backend} "
+          f"({why}): {med[backend]:.4f} s")
+    shutil.rmtree(cfg["out_dir"], ignore_errors=True)
 
 
 def compare_runs(runs: dict, rounds: int) -> None:
     """COMPARE_RUN by train.py for each of runs {name: (checkout, extra overrides)}, one process
     at a time and alternately, `rounds` times each. Per run: the median time/update over updates
     11-60 (after the sampler and the learner are warm), its phases, and the wall time of the
-    whole process (interpreter, sampler start and every update). The summary compares every
-    other run against the first."""
+    whole process (interpreter, sampler start and every update). The summary compares the
+    second run against the first."""
     result = {name: [] for name in runs}
     for round_ in range(rounds):
         for name, (root, extra) in runs.items():
@@ -298,14 +325,13 @@ def compare_runs(runs: dict, rounds: int) -> None:
                                                           for k in COMPARE_PHASES), flush=True)
     summary = {name: {k: statistics.median(r[k] for r in runs_) for k in runs_[0]}
                for name, runs_ in result.items()}
-    (first, theirs), *others = summary.items()
-    for second, ours in others:
-        print(f"\nmedian over {rounds} rounds: s/update {theirs['update_s']:.4f} ({first}) -> "
-              f"{ours['update_s']:.4f} ({second}): {theirs['update_s'] / ours['update_s']:.2f}x; "
-              f"whole run {theirs['wall_s']:.1f} -> {ours['wall_s']:.1f} s: "
-              f"{theirs['wall_s'] / ours['wall_s']:.2f}x")
-        for k in COMPARE_PHASES:
-            print(f"  {k:9s} {theirs[k]:.4f} -> {ours[k]:.4f} s")
+    (first, theirs), (second, ours) = summary.items()
+    print(f"\nmedian over {rounds} rounds: s/update {theirs['update_s']:.4f} ({first}) -> "
+          f"{ours['update_s']:.4f} ({second}): {theirs['update_s'] / ours['update_s']:.2f}x; "
+          f"whole run {theirs['wall_s']:.1f} -> {ours['wall_s']:.1f} s: "
+          f"{theirs['wall_s'] / ours['wall_s']:.2f}x")
+    for k in COMPARE_PHASES:
+        print(f"  {k:9s} {theirs[k]:.4f} -> {ours[k]:.4f} s")
 
 
 def main() -> None:
@@ -322,7 +348,7 @@ def main() -> None:
     p.add_argument("--compare-samplers", action="store_true",
                    help="instead: sampler=vllm against sampler=transformers on on-policy toy GRPO")
     p.add_argument("--compare-cpu-matmul", action="store_true",
-                   help="instead: cpu_matmul=onednn, torch and auto on on-policy toy GRPO")
+                   help="instead: the learner's update with cpu_matmul=onednn and torch, alternately")
     p.add_argument("--rounds", type=int, default=3, help="--compare*: runs of each, alternately")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one model, result JSON to --out
     args = p.parse_args()

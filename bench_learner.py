@@ -4,6 +4,7 @@
     python bench_learner.py update [--layers 28] [--groups 8]          # GPU: one update per objective
     python bench_learner.py update --layers 2 --groups 2 --max-tokens 1024   # the same, CPU-sized
     python bench_learner.py loop                                       # GPU: train.py's loop, no vLLM
+    python bench_learner.py check                                      # GPU: the box's check, < 8 min
 
 A random-init Qwen3 with Qwen3-1.7B-Base's shape (hidden 2048, 16 heads, 8 KV heads, vocabulary
 151,936, tied embeddings; --layers of its 28) is saved to a temporary folder and loaded by the
@@ -35,18 +36,34 @@ loop: the whole loop of train.train, sampling included, with the transformers sa
   phase, each run's wall time and peak memory, and checks that the resumed update trained on the
   checkpoint's queued batch (staleness 1). Defaults: 16 prompts x 8 responses of --max-tokens 512
   (the quick config's batch, half its response length; random weights never sample eos, so
-  every response is that long).
+  every response is that long), 8 layers on a GPU (2 on CPU) and keep_checkpoints=1: a
+  checkpoint holds fp32 weights and AdamW's two moments, 12 bytes a parameter (20.7 GB at 28
+  layers, 8.6 GB at 8), and the second is written before the first is deleted, so the loop's
+  disk peaks at the model and two checkpoints: 20 GB at 8 layers (48 GB at 28).
+check: the GPU box's check (one H200, 16 cores, 128 GiB, 64 GiB disk, torch and transformers,
+  no vLLM, no `datasets`, no `math_verify`, no network), within --time-budget-s (480) and
+  --disk-budget-gb (25): picks the writable folder with the most free space among the
+  temporary folder, /tmp, /var/tmp, $OUT, the working directory and /dev/shm (or --dir), runs
+  `update` for --losses (grpo, ggpo: with and without a reference) at the study's shape (28
+  layers, 8 groups, the first at --max-tokens 3072) and `loop` (--loop-layers 8, responses of
+  --loop-max-tokens 512), each model deleted after its check, and prints one PASS/FAIL line per
+  check (the filesystem, each learn(), the loop, disk, time, imports: vllm, datasets and
+  math_verify never imported) with the numbers to record (peak memory, seconds per phase, disk
+  at its peak), then those numbers as one JSON line; exits 1 if a check failed.
 """
 import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+NOT_ON_THE_BOX = ("vllm", "datasets", "math_verify")  # the GPU box has none of them
 QWEN3_1_7B = dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                   num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
                   max_position_embeddings=32768, rope_theta=1_000_000, rms_norm_eps=1e-6,
@@ -174,7 +191,8 @@ def one_learn(args, loss: str, overrides=(), save_to: str = None) -> dict:
            "learn_peak_added_GiB": (peak - before) / 2 ** 30, "peak_GiB": peak / 2 ** 30,
            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
            **times, **{k: v for k, v in metrics.items() if k.startswith("time/")},
-           **{k: metrics[k] for k in ("loss", "k3", "entropy", "grad_norm")}}
+           **{k: metrics[k] for k in ("loss", "k3", "entropy", "grad_norm")},
+           "imported": [m for m in NOT_ON_THE_BOX if sys.modules.get(m) is not None]}
     if save_to:  # learn() leaves the (clipped) gradients of its step in p.grad
         torch.save({"grads": {n: p.grad.cpu() for n, p in model.named_parameters()},
                     "logp": logp0.cpu()}, save_to)
@@ -241,9 +259,10 @@ def update(args) -> None:
           f"(each a fresh process: load, behavior pass, one tiny and one full learn())")
 
 
-def loop(args) -> None:
+def loop(args) -> dict:
     """train.train at the study's shape without vLLM: N = 1, 3 updates, SIGTERM after update 2,
-    resume for update 3 (see the module docstring)."""
+    resume for update 3 (see the module docstring); returns each run's wall seconds and peak
+    memory, and each update's seconds by phase."""
     import signal
     import torch
     import config
@@ -254,7 +273,8 @@ def loop(args) -> None:
     cfg = config.load_config(os.path.join(HERE, "configs", "qwen3_1.7b_quick.yaml"), [
         f"model={args.model_dir}", f"out_dir={os.path.join(args.tmp, 'run')}", "task=toy",
         "sampler=transformers", "device=auto", "delay=1", "updates=3", "eval_every=0",
-        "ckpt_every=0", "loss=grpo", "stop_strings=[]", f"prompts_per_update={args.prompts}",
+        "ckpt_every=0", "keep_checkpoints=1", "loss=grpo", "stop_strings=[]",
+        f"prompts_per_update={args.prompts}",
         f"group_size={args.group_size}", f"micro_batch_size={args.group_size}",
         f"max_tokens={args.max_tokens}", f"vllm.max_model_len={args.max_tokens + 64}"])
     if not on_gpu and args.cpu_autocast == "none":
@@ -272,7 +292,7 @@ def loop(args) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
         return original_learn(*a, **kw)
 
-    rows = []
+    rows, stats = [], {}
     for name, run in (("run", cfg), ("resume", {**cfg, "resume": True})):
         peak_reset()
         t0 = time.perf_counter()
@@ -295,19 +315,166 @@ def loop(args) -> None:
                   f", engine_k3 {r.get('engine_k3', float('nan')):.2e}, staleness {r['staleness']:.0f}",
                   flush=True)
         rows += got
+        stats[name] = {"wall_s": wall, "peak_GiB": peak / 2 ** 30}
         if on_gpu:
             torch.cuda.empty_cache()
     assert [r["update"] for r in rows] == [1, 2, 3], [r["update"] for r in rows]
     assert [r["staleness"] for r in rows] == [0, 1, 1] and rows[2]["sampler_version"] == 1
     print("resumed from the update-2 checkpoint: update 3 trained on its queued batch "
           "(sampled by version 1, staleness 1)")
+    stats["updates"] = {r["update"]: {k[5:]: r[k] for k in r if k.startswith("time/")} for r in rows}
+    return stats
+
+
+def writable_folders() -> list:
+    """[(free bytes, folder)] of the folders the check may write to, one per filesystem (the
+    first named here of those on it), most free space first: the temporary folder, /tmp,
+    /var/tmp, $OUT, the working directory, /dev/shm (memory)."""
+    found = {}  # filesystem -> (free bytes, folder)
+    for folder in (tempfile.gettempdir(), "/tmp", "/var/tmp", os.environ.get("OUT"), os.getcwd(),
+                   "/dev/shm"):
+        if folder and os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
+            found.setdefault(os.stat(folder).st_dev, (shutil.disk_usage(folder).free, folder))
+    return sorted(found.values(), key=lambda free_folder: -free_folder[0])
+
+
+def n_params(layers: int, vocab: int) -> int:
+    """Parameters of the random Qwen3 that build_model makes (counted on the meta device)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    with torch.device("meta"):
+        net = Qwen3ForCausalLM(Qwen3Config(**{**QWEN3_1_7B, "num_hidden_layers": layers,
+                                              "vocab_size": vocab}))
+    return sum(p.numel() for p in net.parameters())
+
+
+class DiskPeak:
+    """The most bytes the files under `folder` held at once, polled every 0.2 s in a thread."""
+
+    def __init__(self, folder: str):
+        self.folder, self.peak, self.done = folder, 0, threading.Event()
+        self.thread = threading.Thread(target=self.poll, daemon=True)
+        self.thread.start()
+
+    def now(self) -> int:
+        total = 0
+        for d, _, names in os.walk(self.folder):
+            for n in names:
+                try:
+                    total += os.stat(os.path.join(d, n)).st_blocks * 512
+                except OSError:  # deleted while walking
+                    pass
+        return total
+
+    def poll(self) -> None:
+        while not self.done.wait(0.2):
+            self.peak = max(self.peak, self.now())
+
+    def stop(self) -> int:
+        self.done.set()
+        self.thread.join()
+        self.peak = max(self.peak, self.now())
+        return self.peak
+
+
+def check(args) -> int:
+    """The GPU box's check (see the module docstring); returns the exit code."""
+    import torch
+    on_gpu, t_start, verdicts, record = torch.cuda.is_available(), time.perf_counter(), [], {}
+
+    def verdict(ok: bool, name: str, detail: str) -> None:
+        verdicts.append(ok)
+        print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
+
+    import checkpoint
+    machine = checkpoint.session_info(0, "-", "-")
+    cpu, versions = machine["cpu"], machine["versions"]
+    print(f"machine: {machine['gpu'] or 'no GPU'}; {cpu['model']} ({', '.join(cpu['isa'])}), "
+          f"{cpu['usable_cores']} of {cpu['cores']} cores usable, torch {versions['torch']} "
+          f"(CUDA {versions['cuda']}), transformers {versions['transformers']}, vllm "
+          f"{versions['vllm']}, python {versions['python']}", flush=True)
+    gb = lambda n: f"{n / 1e9:.1f} GB"
+    folders = writable_folders() if not args.dir else [(shutil.disk_usage(args.dir).free, args.dir)]
+    free, root = folders[0]
+    # the learn() model, deleted before the loop; the loop's model and its two checkpoints
+    learn_bytes = 4 * n_params(args.layers, args.vocab)
+    loop_bytes = 28 * n_params(args.loop_layers, args.vocab)
+    need = max(learn_bytes, loop_bytes)
+    record.update(folder=root, free_GB=free / 1e9, need_GB=need / 1e9)
+    verdict(free >= need and need <= args.disk_budget_gb * 1e9, "filesystem",
+            f"{root}, {gb(free)} free (" + ", ".join(f"{f} {gb(n)}" for n, f in folders[1:])
+            + f"); the check needs {gb(need)} at its peak (the learn() model {gb(learn_bytes)}; "
+            f"the loop's model and two checkpoints {gb(loop_bytes)}), budget {args.disk_budget_gb} GB")
+    if not verdicts[-1]:
+        return 1
+    imported = set()
+    with tempfile.TemporaryDirectory(prefix="bench-check-", dir=root) as tmp:
+        disk = DiskPeak(tmp)
+        try:
+            learn_args = argparse.Namespace(**{**vars(args), "mode": "update",
+                                               "model_dir": os.path.join(tmp, "model-learn")})
+            t0 = time.perf_counter()
+            build_model(learn_args.model_dir, args.layers, args.vocab)
+            record["build_learn_model_s"] = time.perf_counter() - t0
+            for loss in args.losses.split(","):
+                t0 = time.perf_counter()
+                try:
+                    r = run_child(learn_args, run_config(learn_args)["logits_chunk_mib"], os.devnull,
+                                  loss)
+                except SystemExit as e:  # run_child's message: the child's exit and stderr
+                    verdict(False, f"learn {loss}", str(e).strip().splitlines()[-1][:300])
+                    continue
+                wall = time.perf_counter() - t0
+                imported |= set(r["imported"])
+                phases = {k[5:]: r[k] for k in ("time/behavior", "time/ref", "time/learn",
+                                                "time/optim", "time/metrics")}
+                record[f"learn_{loss}"] = {"peak_GiB": r["peak_GiB"], "wall_s": wall, **phases}
+                ok = all(r[k] == r[k] and abs(r[k]) != float("inf") for k in ("loss", "grad_norm"))
+                verdict(ok, f"learn {loss}",
+                        f"{r['layers']} layers, {r['responses']} responses, {r['response_tokens']} "
+                        f"response tokens (longest {r['longest']}): peak {r['peak_GiB']:.2f} GiB "
+                        f"({r['device']}); seconds " + "  ".join(f"{k} {v:.2f}" for k, v in phases.items())
+                        + f"; process {wall:.0f} s; loss {r['loss']:.4g}, grad norm {r['grad_norm']:.4g}")
+            shutil.rmtree(learn_args.model_dir)
+            loop_args = argparse.Namespace(**{**vars(args), "mode": "loop", "layers": args.loop_layers,
+                                              "max_tokens": args.loop_max_tokens,
+                                              "tmp": os.path.join(tmp, "loop"),
+                                              "model_dir": os.path.join(tmp, "model-loop")})
+            t0 = time.perf_counter()
+            try:
+                build_model(loop_args.model_dir, args.loop_layers, args.vocab, with_tokenizer=True)
+                stats = loop(loop_args)
+            except Exception as e:  # noqa: BLE001 - the check reports it and goes on
+                verdict(False, "loop", f"{type(e).__name__}: {str(e).strip()[:300]}")
+            else:
+                wall = time.perf_counter() - t0
+                record["loop"] = {**stats, "wall_s": wall}
+                verdict(True, "loop", f"{args.loop_layers} layers, {args.prompts} prompts x "
+                        f"{args.group_size} responses of {args.loop_max_tokens} tokens: updates 1-2, "
+                        f"SIGTERM, resumed for 3 at staleness 1; peak {'GPU' if on_gpu else 'process'} "
+                        f"memory {max(stats['run']['peak_GiB'], stats['resume']['peak_GiB']):.2f} GiB; "
+                        f"{wall:.0f} s with the model's build")
+        finally:
+            peak = disk.stop()
+    imported |= {m for m in NOT_ON_THE_BOX if sys.modules.get(m) is not None}
+    wall = time.perf_counter() - t_start
+    record.update(disk_peak_GB=peak / 1e9, wall_s=wall)
+    verdict(peak <= args.disk_budget_gb * 1e9, "disk", f"{gb(peak)} at the peak in {root} "
+            f"(budget {args.disk_budget_gb} GB; all deleted)")
+    verdict(wall <= args.time_budget_s, "time", f"{wall:.0f} s (budget {args.time_budget_s} s)")
+    verdict(not imported, "imports", f"{', '.join(NOT_ON_THE_BOX)}: "
+            + (f"imported: {', '.join(sorted(imported))}" if imported else "none imported"))
+    print("RECORD " + json.dumps(record), flush=True)
+    print(f"{sum(verdicts)} of {len(verdicts)} checks passed", flush=True)
+    return 0 if all(verdicts) else 1
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["memory", "update", "loop", "_child_memory", "_child_update"])
-    p.add_argument("--layers", type=int, help="decoder layers (default: 2 on CPU, 28 on GPU)")
+    p.add_argument("mode", choices=["memory", "update", "loop", "check", "_child_memory",
+                                    "_child_update"])
+    p.add_argument("--layers", type=int, help="decoder layers (default: 2 on CPU; on GPU 28, loop 8)")
     p.add_argument("--groups", type=int, help="groups per batch (memory: 1; update: 8 on GPU, 1 on CPU)")
     p.add_argument("--group-size", type=int, help="responses per group, one group per micro-batch "
                                                   "(memory: 2 on CPU, else 8)")
@@ -315,23 +482,35 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=16, help="loop: prompts per update")
     p.add_argument("--vocab", type=int, default=QWEN3_1_7B["vocab_size"],
                    help="vocabulary size (the real one by default; smaller only to smoke-test)")
-    p.add_argument("--losses", default="grpo,grpo_tis,agro,ggpo")
+    p.add_argument("--losses", help="objectives (update: grpo,grpo_tis,agro,ggpo; check: grpo,ggpo)")
     p.add_argument("--cpu-autocast", choices=["bfloat16", "none"], default="bfloat16",
                    help="on CPU: keep the config's bf16 autocast, or run fp32 throughout")
     p.add_argument("--model-dir"), p.add_argument("--loss", default="grpo")
     p.add_argument("--chunk-mib", type=int, help="memory: the chunked setting (default: the config's)")
     p.add_argument("--save-to")
+    p.add_argument("--loop-layers", type=int, help="check: the loop's layers (default: 8 on GPU, 1 on CPU)")
+    p.add_argument("--loop-max-tokens", type=int, help="check: the loop's responses (512; CPU: 16)")
+    p.add_argument("--time-budget-s", type=float, default=480, help="check: fail beyond it")
+    p.add_argument("--disk-budget-gb", type=float, default=25, help="check: fail beyond it")
+    p.add_argument("--dir", help="the folder for the model and checkpoints (default: the "
+                                 "writable one with the most free space)")
     args = p.parse_args()
     sys.path.insert(0, HERE)
     if args.mode.startswith("_child"):
         return child(args)
     import torch
     on_gpu = torch.cuda.is_available()
-    args.layers = args.layers or (28 if on_gpu else 2)
-    args.groups = args.groups or (8 if args.mode == "update" and on_gpu else 1)
+    args.layers = args.layers or ((8 if args.mode == "loop" else 28) if on_gpu else 2)
+    args.groups = args.groups or (8 if args.mode in ("update", "check") and on_gpu else 1)
     args.group_size = args.group_size or (2 if args.mode == "memory" and not on_gpu else 8)
-    args.max_tokens = args.max_tokens or (512 if args.mode == "loop" else 3072)
-    with tempfile.TemporaryDirectory(prefix="bench-learner-") as tmp:
+    args.max_tokens = args.max_tokens or (512 if args.mode == "loop" else
+                                          256 if args.mode == "check" and not on_gpu else 3072)
+    args.losses = args.losses or ("grpo,ggpo" if args.mode == "check" else "grpo,grpo_tis,agro,ggpo")
+    if args.mode == "check":
+        args.loop_layers = args.loop_layers or (8 if on_gpu else 1)
+        args.loop_max_tokens = args.loop_max_tokens or (512 if on_gpu else 16)
+        sys.exit(check(args))
+    with tempfile.TemporaryDirectory(prefix="bench-learner-", dir=args.dir or writable_folders()[0][1]) as tmp:
         args.tmp, args.model_dir = tmp, os.path.join(tmp, "model")
         t0 = time.perf_counter()
         build_model(args.model_dir, args.layers, args.vocab, with_tokenizer=args.mode == "loop")

@@ -309,7 +309,7 @@ class Worker:
 
     def __init__(self, slot: int, place: dict, sweep_path: str):
         self.slot, self.place, self.run, self.started_runs, self.buffer = slot, place, None, 0, b""
-        self.event = None  # the last event of the run it holds
+        self.run_started = False  # whether the run it holds has begun (its "start" event)
         read, write = os.pipe()
         env = {"TQDM_MININTERVAL": "30", **os.environ}  # the log: a progress line per 30 s
         if place["cores"] is not None:
@@ -333,7 +333,7 @@ class Worker:
                                                   self.place["gpu"] is not None else ")")
 
     def give(self, index: int, config_path: str, overrides: list) -> None:
-        self.run, self.event = index, None
+        self.run, self.run_started = index, False
         self.proc.stdin.write((json.dumps({"run": index, "config": config_path,
                                            "overrides": overrides}) + "\n").encode())
         self.proc.stdin.flush()
@@ -440,7 +440,9 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
                         os.close(worker.status)
                         code = worker.proc.wait()
                         i = worker.run
-                        if i is not None and i not in failed and i not in stopped:
+                        if i is not None and not worker.run_started:  # never began: back in line
+                            waiting.appendleft(i)
+                        elif i is not None and i not in failed and i not in stopped:
                             how = (f"killed by {signal.Signals(-code).name}" if code < 0 else
                                    f"exited with code {code}")
                             if stop["signal"] is not None:
@@ -457,6 +459,7 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
                     i = event["run"]
                     if event["event"] == "start":
                         worker.started_runs += 1
+                        worker.run_started = True
                         started_at[i] = time.time()
                         say(f"{worker.name}: start {name(i)} ({len(started_at)}/{len(todo)})"
                             + (f", resuming at update {first_update[i]}" if first_update[i] else ""))

@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 
+import bench_learner
 from conftest import ROOT
 
 
@@ -46,3 +47,42 @@ def test_loop_mode_trains_checkpoints_and_resumes_without_vllm():
     assert "peak process memory" in out and "update 3: generate" not in out  # 3 samples nothing
     assert re.search(r"update 2: generate \d+\.\d+ .* behavior \d+\.\d+ .* learn \d+\.\d+", out), out
     assert "resumed from the update-2 checkpoint" in out
+
+
+def hidden_env(tmp_path) -> dict:
+    """The environment of a process (and its children) where vllm, datasets and math_verify are
+    not installed, as on the GPU box: a sitecustomize.py sets sys.modules[name] = None, so
+    `import name` fails and importlib.util.find_spec(name) is None."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nfor name in ('vllm', 'datasets', 'math_verify'):\n    sys.modules[name] = None\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
+
+
+def test_check_mode_runs_the_gpu_box_checks_without_vllm_datasets_or_math_verify(tmp_path):
+    """bench_learner.py check at 1 layer, a 1,000-token vocabulary and fp32 on the CPU, in
+    processes without vllm, datasets and math_verify: one PASS line per check, the numbers as
+    a JSON line, exit 0; and a check that cannot pass (a disk budget too small) fails, exit 1."""
+    args = [sys.executable, os.path.join(ROOT, "bench_learner.py"), "check", "--layers", "1",
+            "--loop-layers", "1", "--vocab", "1000", "--groups", "1", "--group-size", "2",
+            "--max-tokens", "32", "--prompts", "2", "--loop-max-tokens", "4", "--cpu-autocast", "none"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                         env=hidden_env(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    verdicts = [l.split(":")[0] for l in lines if l.startswith(("PASS", "FAIL"))]
+    assert verdicts == ["PASS filesystem", "PASS learn grpo", "PASS learn ggpo", "PASS loop",
+                        "PASS disk", "PASS time", "PASS imports"], out.stdout
+    assert "PASS imports: vllm, datasets, math_verify: none imported" in lines
+    record = json.loads(next(l for l in lines if l.startswith("RECORD "))[7:])
+    folders = bench_learner.writable_folders()
+    assert record["folder"] == folders[0][1] and record["free_GB"] >= folders[-1][0] / 1e9
+    # the loop's model (1 layer: 52.4 M parameters, 4 bytes each) and two checkpoints (12 bytes)
+    assert record["need_GB"] == 28 * bench_learner.n_params(1, 1000) / 1e9
+    assert 0.8 * record["need_GB"] < record["disk_peak_GB"] < 1.1 * record["need_GB"]
+    assert record["learn_ggpo"]["ref"] > 1e-3 > record["learn_grpo"]["ref"]  # GRPO reads no reference
+    assert sorted(record["loop"]["updates"]) == ["1", "2", "3"]
+    assert lines[-1] == "7 of 7 checks passed"
+    failed = subprocess.run(args + ["--disk-budget-gb", "0.1"], capture_output=True, text=True,
+                            timeout=120, cwd=ROOT)
+    assert failed.returncode == 1 and "FAIL filesystem: " in failed.stdout, failed.stdout
+    assert "PASS loop" not in failed.stdout  # nothing built after a failed first check
