@@ -61,7 +61,7 @@ import torch
 
 DEFAULTS = {"beta": 0.01, "clip_low": 0.2, "clip_high": 0.2, "tis_cap": 2.0,
             "grpo_anchor": "proximal", "ggpo_variant": "detached",
-            "mis_low": 0.0, "mis_high": 5.0, "icepop_low": 0.5, "icepop_high": 5.0,
+            "mis_low": 0.0, "mis_high": 5.0, "mis_direction": "both", "icepop_low": 0.5, "icepop_high": 5.0,
             "tis_seq_cap": 2.0, "mis_seq_cap": 3.0, "gspo_eps_low": 3e-4, "gspo_eps_high": 4e-4,
             "m2_threshold": 0.04, "ds_mask_delta": 0.5,
             # issue 31, part 1 (DESIGN.md: where the references disagree)
@@ -286,10 +286,17 @@ def _weight_health(w, mask, can_mask):
     return out
 
 
-def _token_masked_is(logp, behavior_logp, mask, rewards, group_size, low, high):
-    """w = rho 1[low <= rho <= high], rho = exp(l - b): masked token IS."""
+def _token_masked_is(logp, behavior_logp, mask, rewards, group_size, low, high, direction="both"):
+    """w = rho 1[low <= rho <= high], rho = exp(l - b): masked token IS. direction "harmful"
+    masks only where the ratio left the band in its advantage's direction, (A > 0, rho > high)
+    or (A < 0, rho < low), and keeps w = rho elsewhere."""
     rho = torch.exp(logp.detach() - behavior_logp)
-    w = torch.where((rho >= low) & (rho <= high), rho, 0.0)
+    if direction == "both":
+        keep = (rho >= low) & (rho <= high)
+    else:
+        A = _grpo_advantages(rewards, group_size)[:, None]
+        keep = ~(((A > 0) & (rho > high)) | ((A < 0) & (rho < low)))
+    w = torch.where(keep, rho, 0.0)
     loss, A = _weighted_pg(logp, rewards, group_size, mask, w)
     return loss, A, _weight_health(w, mask, can_mask=True)
 
@@ -304,9 +311,16 @@ def grpo_mis(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     References: TRL multiplies its PPO loss against the trainer's recomputed old log-probs by
     this weight (old vs vLLM); AReaL's cap drops tokens with rho > cap only (no lower bound, as
     mis_low = 0 here) and applies it to the ratio proximal / behavior.
+
+    ``mis_direction: harmful`` is not a published method but the direction ablation of the
+    leaderboard (docs/leaderboard.md): the mask acts only where rho has left the band in the
+    advantage's direction, w = rho 1[not ((A > 0, rho > mis_high) or (A < 0, rho < mis_low))].
+    With the band [1 - clip_low, 1 + clip_high] its gradient is exactly PPO's clip against the
+    sampler (``grpo`` with ``grpo_anchor: behavior``): there the clipped branch is active, and
+    the gradient zero, on those tokens only, and is rho A elsewhere.
     """
     return _token_masked_is(logp, behavior_logp, mask, rewards, group_size,
-                            hp["mis_low"], hp["mis_high"])
+                            hp["mis_low"], hp["mis_high"], hp["mis_direction"])
 
 
 @register("icepop", needs_ref=False, label="IcePop (Ring-1T)", reads_old_logp=True)
@@ -1034,6 +1048,8 @@ def check_hparams(name, hparams):
             raise ValueError(f"{key} must be a finite number, got {v!r}; parse it as a float")
     if hp["grpo_anchor"] not in ("proximal", "behavior"):
         raise ValueError(f"unknown grpo_anchor {hp['grpo_anchor']!r}; use 'proximal' or 'behavior'")
+    if hp["mis_direction"] not in ("both", "harmful"):
+        raise ValueError(f"unknown mis_direction {hp['mis_direction']!r}; use 'both' or 'harmful'")
     if hp["ggpo_variant"] not in ("detached", "original"):
         raise ValueError(f"unknown ggpo_variant {hp['ggpo_variant']!r}; use 'detached' or 'original'")
     if name != "grpo" and hp["grpo_anchor"] != "proximal":

@@ -16,6 +16,8 @@ A sweep file names a base config, a grid and an output root:
     only: {grpo_tis: {delay: [128]}}       # extra grid values for one objective (optional);
     # any other key adds runs of that objective with it set, e.g.
     # only: {grpo: {loss_args.grpo_anchor: [behavior]}}  -> grpo_N8_s0_grpo_anchor-behavior, ...
+    # or a list of mappings, one variant each with its keys set together:
+    # only: {grpo_mis: [{loss_args.mis_low: 0.8, loss_args.mis_high: 1.2}]}
 
 Each run goes to <out_root>/<loss>_N<delay>_s<seed>, followed by _<name>-<value> for every other
 grid key (name: the last part of a dotted key), e.g. ggpo_N8_s0_beta-0.1_ref_refresh_every-25.
@@ -65,8 +67,17 @@ import train
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+SWEEP_KEYS = {"config", "out_root", "results", "grid", "only", "per_loss", "overrides", "slurm"}
+
+
 def expand(sweep: dict) -> list:
     """[(out_dir, overrides list)] for every run of the grid, in a fixed order."""
+    unknown = sorted(set(sweep) - SWEEP_KEYS)
+    if unknown:
+        raise ValueError(f"unknown sweep file key(s) {unknown}; known: {sorted(SWEEP_KEYS)}")
+    missing = sorted({"config", "out_root", "grid"} - set(sweep))
+    if missing:
+        raise ValueError(f"the sweep file lacks {missing} (see sweep.py's docstring for the format)")
     grid = sweep["grid"]
     missing = {"loss", "delay", "seed"} - set(grid)
     if missing:
@@ -76,8 +87,12 @@ def expand(sweep: dict) -> list:
     for loss in grid["loss"]:
         only = sweep.get("only", {}).get(loss, {})
         # (key values fixed for these runs, delays): the grid, then one variant per `only` value
-        variants = [({}, list(grid["delay"]) + list(only.get("delay", [])))]
-        variants += [({k: v}, list(grid["delay"])) for k, vs in only.items() if k != "delay" for v in vs]
+        # (a list of mappings: one variant per mapping, its keys set together)
+        if isinstance(only, list):
+            variants = [({}, list(grid["delay"]))] + [(dict(v), list(grid["delay"])) for v in only]
+        else:
+            variants = [({}, list(grid["delay"]) + list(only.get("delay", [])))]
+            variants += [({k: v}, list(grid["delay"])) for k, vs in only.items() if k != "delay" for v in vs]
         for fixed, delays in variants:
             for delay, seed, *values in itertools.product(delays, grid["seed"],
                                                           *(grid[k] for k in others)):

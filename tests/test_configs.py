@@ -34,8 +34,10 @@ def test_sweep_expands_and_every_run_validates(path, capsys, monkeypatch):
         spec = yaml.safe_load(f)
     runs = sweep.expand(spec)
     grid = spec["grid"]
-    # `only`: extra delays of one objective, or for any other key one set of N per value
-    extra = sum(len(v.get("delay", [])) + sum(len(vs) for k, vs in v.items() if k != "delay")
+    # `only`: extra delays of one objective, or for any other key one set of N per value; a
+    # list: one set of N per mapping
+    extra = sum(len(v) * len(grid["delay"]) if isinstance(v, list) else
+                len(v.get("delay", [])) + sum(len(vs) for k, vs in v.items() if k != "delay")
                 * len(grid["delay"]) for v in spec.get("only", {}).values())
     others = [len(v) for k, v in grid.items() if k not in ("loss", "delay", "seed")]
     assert len(runs) == (len(grid["loss"]) * len(grid["delay"]) + extra) \
@@ -63,21 +65,32 @@ def test_sweep_grid_over_any_config_key_names_each_run():
     assert cfg["loss_args"]["clip_high"] == 0.2  # the other loss_args keep their values
     with pytest.raises(ValueError, match="seed"):
         sweep.expand({**spec, "grid": {"loss": ["grpo"], "delay": [0]}})
+    with pytest.raises(ValueError, match="unknown sweep file key.*'overides'"):
+        sweep.expand({**spec, "overides": {"updates": 3}})
+    # a list under `only`: one variant per mapping, its keys set together, named in order
+    runs = sweep.expand({**spec, "grid": {"loss": ["grpo_mis"], "delay": [8], "seed": [0]},
+                         "only": {"grpo_mis": [{"loss_args.mis_low": 0.8, "loss_args.mis_high": 1.2}]}})
+    assert [d for d, _ in runs] == ["r/grpo_mis_N8_s0", "r/grpo_mis_N8_s0_mis_low-0.8_mis_high-1.2"]
+    cfg = config.load_config(spec["config"], runs[1][1])
+    assert (cfg["loss_args"]["mis_low"], cfg["loss_args"]["mis_high"]) == (0.8, 1.2)
 
 
 @pytest.mark.parametrize("name", ["sweep_leaderboard_toy.yaml", "sweep_leaderboard_qwen_quick.yaml"])
 def test_leaderboard_sweeps_cover_every_registered_objective(name):
     """Every objective of losses.LOSSES plus PPO against the sampler (grpo, behavior anchor) x
-    N in {0, 8, 32, 128} x 2 seeds = (objectives + 1) x 4 x 2 runs, each with its own folder."""
+    N in {0, 8, 32, 128} x the seeds (toy: 3, qwen: 2) = (objectives + 1) x 4 x seeds runs,
+    each with its own folder."""
     import losses
     with open(os.path.join(ROOT, "configs", name)) as f:
         spec = yaml.safe_load(f)
     runs = sweep.expand(spec)
-    total = (len(losses.LOSSES) + 1) * 4 * 2
+    seeds = len(spec["grid"]["seed"])
+    assert seeds == (3 if "toy" in name else 2)
+    total = (len(losses.LOSSES) + 1) * 4 * seeds
     assert len(runs) == total and len({d for d, _ in runs}) == total
     assert spec["grid"]["loss"] == list(losses.LOSSES)
     behavior = [o for d, o in runs if d.endswith("_grpo_anchor-behavior")]
-    assert len(behavior) == 8 and all("loss=grpo" in o and 'loss_args.grpo_anchor="behavior"' in o
+    assert len(behavior) == 4 * seeds and all("loss=grpo" in o and 'loss_args.grpo_anchor="behavior"' in o
                                       for o in behavior)
     assert sorted({o[1] for _, o in runs}) == ["delay=0", "delay=128", "delay=32", "delay=8"]
     if "toy" in name:

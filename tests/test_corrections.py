@@ -369,3 +369,33 @@ def test_learn_in_micro_batches_gives_the_one_batch_update(tmp_path, toy_model, 
     assert "time/batch_stats" in m_split and "time/batch_stats" not in m_full
     if name == "m2po":
         assert 0 < m_full["is_masked_frac"] < 1 and m_split["is_masked_frac"] == m_full["is_masked_frac"]
+
+
+def test_mis_direction_harmful_masks_one_side_and_is_ppo_against_the_sampler():
+    """The direction ablation. Two groups of two, A = [+1, -1] each (rewards [1, 0]); rho on the
+    two tokens of each response: [3, 0.5], [3, 0.5], [0.1, 0.9], [0.1, 0.9] with band
+    [0.8, 1.2]. both: every rho outside the band is masked, so only 0.9 keeps w. harmful: the
+    mask acts only where rho left the band in A's direction, (A > 0, rho > 1.2) or (A < 0,
+    rho < 0.8): response 0 keeps 0.5, response 1 keeps 3, response 2 keeps 0.1. dL/dl = -w A / n,
+    n = 8. With that band, harmful's gradient equals grpo with grpo_anchor behavior (clip 0.2)
+    on random ratios to rounding, which is the claim in grpo_mis's docstring."""
+    rho = torch.tensor([[3.0, 0.5], [3.0, 0.5], [0.1, 0.9], [0.1, 0.9]], dtype=D)
+    logp, b = torch.log(rho), torch.zeros(4, 2, dtype=D)
+    mask, r = torch.ones(4, 2, dtype=D), torch.tensor([1.0, 0.0, 1.0, 0.0], dtype=D)
+    A = torch.tensor(advantages(r, 2), dtype=D)[:, None]
+    band = {"mis_low": 0.8, "mis_high": 1.2}
+    w_both = torch.tensor([[0, 0], [0, 0], [0, 0.9], [0, 0.9]], dtype=D)
+    w_harm = torch.tensor([[0, 0.5], [3, 0], [0.1, 0.9], [0, 0.9]], dtype=D)
+    for direction, w in (("both", w_both), ("harmful", w_harm)):
+        g, met = grad_of("grpo_mis", logp, b, mask, r, 2, mis_direction=direction, **band)
+        assert torch.allclose(g, -w * A / 8, atol=1e-6), (direction, g)
+        assert met["is_masked_frac"] == pytest.approx(float((w == 0).sum()) / 8)
+    gen = torch.Generator().manual_seed(0)
+    logp = 0.4 * torch.randn(8, 6, generator=gen, dtype=D)
+    b, r = 0.4 * torch.randn(8, 6, generator=gen, dtype=D), torch.tensor([1.0, 0, 0, 1, 1, 1, 0, 0], dtype=D)
+    mask = (torch.rand(8, 6, generator=gen) > 0.2).to(D)
+    g_ablation, _ = grad_of("grpo_mis", logp, b, mask, r, 4, mis_direction="harmful", **band)
+    g_ppo, _ = grad_of("grpo", logp, b, mask, r, 4, grpo_anchor="behavior", clip_low=0.2, clip_high=0.2)
+    assert (g_ablation == 0).sum() > 3 and torch.allclose(g_ablation, g_ppo, atol=1e-12)
+    with pytest.raises(ValueError, match="mis_direction"):
+        grad_of("grpo_mis", logp, b, mask, r, 4, mis_direction="good")
