@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard test setup clean
+.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard direction tables test setup clean
 
 setup: .venv/ready
 
@@ -74,12 +74,25 @@ fig10: .venv/ready
 	$(PY) sweep.py configs/sweep_fig10_toy.yaml --jobs auto
 	$(PY) plot.py fig10 runs/fig10_toy --out figures/fig10_toy.png
 
-# Toy leaderboard: every registered objective (+ PPO against the sampler) x N in {0, 8, 32, 128}
-# x 2 seeds, 300 updates (runs/leaderboard_toy; finished runs are skipped, so it resumes), then
-# final mean@4 against N (figures/leaderboard_toy.png) and its table (figures/leaderboard_toy.md).
+# Toy leaderboard v2: every registered objective (+ PPO against the sampler) x N in {0, 8, 32, 128}
+# x 3 seeds, 300 updates (runs/leaderboard_toy; each finished run's results kept in
+# results/leaderboard_toy, and a run whose results are there is skipped), then `make tables`.
 leaderboard: .venv/ready
 	$(PY) sweep.py configs/sweep_leaderboard_toy.yaml --jobs auto
-	$(PY) plot.py leaderboard runs/leaderboard_toy --out figures/leaderboard_toy.png
+	$(MAKE) tables
+
+# The direction ablation: token MIS, band wide/narrow x masking both sides/the harmful side only.
+direction: .venv/ready
+	$(PY) sweep.py configs/sweep_direction_toy.yaml --jobs auto
+	$(MAKE) tables
+
+# Every table and figure of the kept results (results/), remade from them: the leaderboard v2
+# (figures/leaderboard_v2_toy.png, .md, and _k3.png) and the direction ablation
+# (figures/direction_toy.png, .md). The same bytes on the same library versions: on a fresh
+# clone, git status stays clean.
+tables: .venv/ready
+	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v2_toy.png
+	test ! -d results/direction_toy || $(PY) plot.py direction results/direction_toy --out figures/direction_toy.png
 
 # Every toy figure (finished runs are skipped).
 figs: demo fig3 fig4 fig8 fig10

@@ -11,16 +11,20 @@
     python plot.py fig10 runs/fig10_toy  --out figures/fig10_toy.png  # GGPO: original vs detached update
     python plot.py leaderboard runs/leaderboard_toy --out figures/leaderboard_toy.png  # every objective vs N
     python plot.py numerics runs/numerics_toy --out figures/numerics_toy.png  # engine vs learner precision
+    python plot.py direction runs/direction_toy --out figures/direction_toy.png  # the direction ablation
 
 A run folder holds config.yaml and metrics.jsonl (train.py writes them; sweep.py lays folders out
-as <loss>_N<delay>_s<seed>[_<key>-<value>...]). Runs that differ only in seed are averaged;
+as <loss>_N<delay>_s<seed>[_<key>-<value>...]); a folder of kept results (results/<sweep>/<run>,
+metrics.jsonl.gz) reads the same, so `make tables` remakes the committed tables from results/. Runs that differ only in seed are averaged;
 per-update metrics are smoothed with a moving average of --window updates. Accuracy is the
 problem-weighted average over benchmarks (eval/avg/...) when several are evaluated, else the
 one benchmark's (MATH-500 first). Without --out a figure goes to figures/<figure>.png.
 """
 import argparse
 import glob
+import gzip
 import json
+import math
 import os
 import sys
 from collections import defaultdict
@@ -54,11 +58,13 @@ DIAGNOSTICS = [("k3", 1e3, "K3 (x1e-3)"), ("entropy", 1, "entropy"), ("clip_frac
 def load_runs(root: str) -> list:
     """[{name, cfg, loss, delay, seed, rows}] for every run folder under root."""
     runs = []
-    for path in sorted(glob.glob(os.path.join(root, "*", "metrics.jsonl"))):
+    paths = sorted(glob.glob(os.path.join(root, "*", "metrics.jsonl"))
+                   + glob.glob(os.path.join(root, "*", "metrics.jsonl.gz")))  # run folders, kept results
+    for path in paths:
         folder = os.path.dirname(path)
         with open(os.path.join(folder, "config.yaml")) as f:
             cfg = yaml.safe_load(f)
-        with open(path) as f:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
             rows = [json.loads(line) for line in f]
         sessions = []  # run_info.json: absent from runs made before it existed
         if os.path.exists(os.path.join(folder, "run_info.json")):
@@ -511,12 +517,43 @@ def method_style(name: str, names: list) -> tuple:
 
 LEADERBOARD_AT = [("k3", 1e3, "K3 x1e-3"), ("is_chi2_token", 1, "is_chi2_token"),
                   ("is_masked_frac", 100, "is_masked_frac (%)")]
+STALE_DELAYS = (8, 32, 128)  # the staleness score: mean final accuracy over these N
+# two-sided 95% Student t quantiles, t_{0.975, k - 1} for k seeds (k = 2..10)
+T975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
+
+
+def t_interval(values: list) -> tuple:
+    """(mean, half-width of the 95% Student t interval) over independent values (seeds); the
+    half-width is None for fewer than two. With 3 seeds t = 4.30: wide, and honest about it."""
+    m = mean(values)
+    if len(values) < 2:
+        return m, None
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+    return m, T975.get(len(values), 1.96) * sd / math.sqrt(len(values))
+
+
+def staleness_scores(cells: dict) -> dict:
+    """{seed: mean over STALE_DELAYS of that seed's final accuracy} for the seeds that have
+    every one of those N; cells: {delay: {seed: final}}."""
+    seeds = set.intersection(*(set(cells.get(d, {})) for d in STALE_DELAYS))
+    return {k: mean([cells[d][k] for d in STALE_DELAYS]) for k in sorted(seeds)}
+
+
+def pm(m: float, half, scale: float = 100) -> str:
+    return f"{scale * m:.1f}" + (f" ± {scale * half:.1f}" if half is not None else "")
 
 
 def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
-    """Every objective against N: final mean@k (mean over seeds, min-max band) on equally spaced
-    N; the table adds, at N = at_delay, K3, is_chi2_token and is_masked_frac over the last 10% of
-    updates (blank where an objective does not log the metric)."""
+    """Every objective against N, ranked. Per method: the staleness score, the mean over seeds
+    of each seed's mean final mean@k over N in STALE_DELAYS, with its 95% t interval over the
+    seeds that have all three N; the paired difference to GRPO+TIS (the same seed samples the
+    same prompts: per seed, score minus GRPO+TIS's score, then its mean and t interval); final
+    mean@k per N as mean (min-max) over seeds; and at N = at_delay K3, is_chi2_token and
+    is_masked_frac over the last 10% of updates (blank where an objective does not log one).
+    Rows sorted by score; methods without a complete seed last, by their mean over the N they
+    have. The figure: final accuracy against N (min-max band); a second figure
+    (<out>_k3.png): every run's final accuracy against its mean K3 between learner and sampler
+    over its updates, one color per N."""
     runs = load_runs(root)
     groups = defaultdict(list)
     for r in runs:
@@ -525,33 +562,128 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     delays = sorted({d for _, d in groups})
     names = [x for n in loss_order(runs) for x in ((n, "grpo_behavior") if n == "grpo" else (n,))]
     order = [n for n in names if any(k[0] == n for k in groups)]
+    cells = {n: {d: {r["seed"]: r["final"] for r in groups.get((n, d), [])} for d in delays}
+             for n in order}
+    scores = {n: staleness_scores(cells[n]) for n in order}
+
+    def rank(n):
+        if scores[n]:
+            return (0, -mean(list(scores[n].values())))
+        have = [v for d in STALE_DELAYS for v in cells[n].get(d, {}).values()]
+        return (1, -mean(have) if have else 0.0)
+
     fig, ax = plt.subplots(figsize=(10, 5.5))
     at = f"N={at_delay}"
-    lines = ["| method | " + " | ".join(f"N={d}" for d in delays) + " | "
+    lines = ["| method | staleness score (95% t) | vs GRPO+TIS, paired (95% t) | seeds | "
+             + " | ".join(f"N={d}" for d in delays) + " | "
              + " | ".join(f"{title} at {at}" for _, _, title in LEADERBOARD_AT) + " |",
-             "| --- |" + " --- |" * (len(delays) + len(LEADERBOARD_AT))]
-    for name in order:
+             "| --- |" + " --- |" * (3 + len(delays) + len(LEADERBOARD_AT))]
+    base = scores.get("grpo_tis", {})
+    for name in sorted(order, key=rank):
         label, color, style = method_style(name, order)
-        points = [(delays.index(d), [r["final"] for r in groups[(name, d)]]) for d in delays
-                  if (name, d) in groups]
+        points = [(delays.index(d), list(cells[name][d].values())) for d in delays if cells[name][d]]
         xs = [x for x, _ in points]
         ax.fill_between(xs, [100 * min(v) for _, v in points], [100 * max(v) for _, v in points],
                         color=color, alpha=0.1)
         ax.plot(xs, [100 * mean(v) for _, v in points], linestyle=style, marker="o", color=color,
                 label=label)
-        cells = {delays[x]: fmt(v) for x, v in points}
+        score = pm(*t_interval(list(scores[name].values()))) if scores[name] else ""
+        paired = [scores[name][k] - base[k] for k in scores[name] if k in base]
+        diff = "" if not paired or name == "grpo_tis" else pm(*t_interval(paired))
         diag = []
         for key, scale, _ in LEADERBOARD_AT:
             values = [last_fraction(r["rows"], key) for r in groups.get((name, at_delay), [])]
             diag.append(fmt(values, scale) if values and None not in values else "")
-        lines.append(f"| {label} | " + " | ".join(cells.get(d, "") for d in delays) + " | "
-                     + " | ".join(diag) + " |")
+        lines.append(f"| {label} | {score} | {diff} | {len(scores[name])} | "
+                     + " | ".join(fmt(list(cells[name][d].values())) if cells[name][d] else ""
+                                  for d in delays) + " | " + " | ".join(diag) + " |")
+    lines += ["", f"Staleness score: mean final mean@k over N = {', '.join(map(str, STALE_DELAYS))}; "
+              "'seeds' counts the seeds that have all of them (the score's sample); cells are "
+              "mean (min-max) over seeds, in %."]
     ax.set_xticks(range(len(delays)), [str(d) for d in delays])
     ax.set_xlabel("synchronization delay N")
     ax.set_ylabel("final mean accuracy (%)")
     ax.legend(fontsize=7, ncol=2)
     finish(fig, [ax], out, f"Leaderboard: final mean accuracy (%) against N ({seeds_note(runs)}, "
                            f"min-max); diagnostics over the last 10% of updates", lines, runs)
+    k3_view(groups, order, os.path.splitext(out)[0] + "_k3.png")
+
+
+def k3_view(groups: dict, order: list, out: str) -> None:
+    """Final accuracy against the run's mean K3 (learner vs sampler on the trained batch, over
+    all its updates), every run with N > 0; one color per N, each method's name at its N = 32
+    runs' mean."""
+    fig, ax = plt.subplots(figsize=(10, 6))
+    colors = {8: "tab:blue", 32: "tab:orange", 128: "tab:red"}
+    for (name, delay), runs in sorted(groups.items(), key=lambda kv: kv[0][1]):
+        if delay == 0:
+            continue
+        k3 = [mean([row["k3"] for row in r["rows"] if row.get("k3") is not None]) for r in runs]
+        acc = [100 * r["final"] for r in runs]
+        ax.scatter(k3, acc, s=14, color=colors.get(delay, "tab:gray"),
+                   label=f"N = {delay}" if name == order[0] or not any(
+                       (n, delay) in groups for n in order[:order.index(name)]) else None)
+        if delay == 32:
+            ax.annotate(method_style(name, order)[0], (mean(k3), mean(acc)), fontsize=5)
+    ax.set_xscale("log")
+    ax.set_xlabel("mean K3 between learner and sampler over the run's updates (log)")
+    ax.set_ylabel("final mean accuracy (%)")
+    ax.legend(fontsize=8)
+    fig.suptitle("Leaderboard runs: final accuracy against the learner-sampler K3 (one point "
+                 "per run)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    print(f"wrote {out}")
+
+
+def direction_arm(run: dict) -> tuple:
+    """(band, direction) of a run of the direction ablation (configs/sweep_direction_toy.yaml)."""
+    hp = run["cfg"]["loss_args"]
+    return f"[{hp['mis_low']:g}, {hp['mis_high']:g}]", hp.get("mis_direction", "both")
+
+
+def direction(root: str, out: str, **_) -> None:
+    """The direction ablation: token MIS with its band (wide [0, 5], narrow [0.8, 1.2]) x
+    mis_direction (both, harmful). Table: final mean@k per N, mean (min-max) over seeds, and per
+    band the paired difference harmful - both (the same seed samples the same prompts) with its
+    95% t interval over seeds; the figure: one panel per band, final accuracy against N."""
+    runs = load_runs(root)
+    final = defaultdict(dict)  # (band, direction, delay) -> {seed: final}
+    for r in runs:
+        key = eval_key(r["rows"], "mean@", average=True)
+        final[(*direction_arm(r), r["delay"])][r["seed"]] = series(r["rows"], key)[1][-1]
+    width = lambda band: float(band[1:-1].split(",")[1]) - float(band[1:-1].split(",")[0])
+    bands = sorted({b for b, _, _ in final}, key=lambda band: -width(band))  # wide first
+    delays = sorted({d for _, _, d in final})
+    fig, axes = plt.subplots(1, len(bands), figsize=(5.5 * len(bands), 4), squeeze=False)
+    lines = ["| band | mis_direction | " + " | ".join(f"N={d}" for d in delays) + " |",
+             "| --- | --- |" + " --- |" * len(delays)]
+    diffs = []
+    for ax, band in zip(axes[0], bands):
+        for direction_, style in (("both", "--"), ("harmful", "-")):
+            points = [(i, list(final[(band, direction_, d)].values())) for i, d in enumerate(delays)
+                      if final.get((band, direction_, d))]
+            if not points:
+                continue
+            xs = [x for x, _ in points]
+            ax.fill_between(xs, [100 * min(v) for _, v in points], [100 * max(v) for _, v in points],
+                            alpha=0.12)
+            ax.plot(xs, [100 * mean(v) for _, v in points], style, marker="o", label=direction_)
+            lines.append(f"| {band} | {direction_} | " + " | ".join(
+                fmt(list(final[(band, direction_, d)].values())) if final.get((band, direction_, d))
+                else "" for d in delays) + " |")
+        cells = []
+        for d in delays:
+            both, harm = final.get((band, "both", d), {}), final.get((band, "harmful", d), {})
+            paired = [harm[k] - both[k] for k in sorted(set(both) & set(harm))]
+            cells.append(f"{pm(*t_interval(paired))} ({len(paired)} seeds)" if paired else "")
+        diffs.append(f"| {band} | harmful - both, paired (95% t) | " + " | ".join(cells) + " |")
+        ax.set_title(f"token MIS, band {band}")
+        ax.set_xticks(range(len(delays)), [str(d) for d in delays])
+        ax.set_xlabel("synchronization delay N")
+        ax.set_ylabel("final mean accuracy (%)")
+    finish(fig, axes[0], out, f"Direction ablation: token MIS masking both sides or only the "
+                              f"harmful side ({seeds_note(runs)}, min-max)", lines + diffs, runs)
 
 
 def numerics(root: str, out: str, window: int = 20, **_) -> None:
@@ -591,7 +723,7 @@ def numerics(root: str, out: str, window: int = 20, **_) -> None:
 
 FIGURES = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7,
            "fig8": fig8, "fig9": fig9, "fig10": fig10, "leaderboard": leaderboard,
-           "numerics": numerics}
+           "numerics": numerics, "direction": direction}
 
 
 def main(argv=None) -> None:

@@ -22,7 +22,12 @@ A sweep file names a base config, a grid and an output root:
 Each run goes to <out_root>/<loss>_N<delay>_s<seed>, followed by _<name>-<value> for every other
 grid key (name: the last part of a dotted key), e.g. ggpo_N8_s0_beta-0.1_ref_refresh_every-25.
 A run whose metrics.jsonl already reaches `updates` is skipped, an unfinished one resumes from
-its last checkpoint.
+its last checkpoint. With `results: results/<name>` in the sweep file, every finished run also
+keeps its compact results there (keep_results: config, metrics, the final evaluation's
+per-problem records, run_info.json; ~45 kB), written when it finishes or, for a run finished
+before, when the sweep next starts; a run whose results are there is skipped even when its run
+folder is not, so results committed to the repository let a sweep on any checkout go on where
+another left off.
 
 Here, runs go to --jobs worker processes (default 1; auto: plan_jobs). Each takes the next
 unfinished run of the grid from this process, runs it with train.train (its output to
@@ -44,6 +49,7 @@ later submits only what is still unfinished.
 import argparse
 import collections
 import gc
+import gzip
 import itertools
 import json
 import os
@@ -114,14 +120,61 @@ def engine_key(cfg: dict) -> str:
 
 
 def finished(out_dir: str, updates: int) -> bool:
-    path = os.path.join(out_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return False
-    last = 0
-    with open(path) as f:
-        for line in f:
-            last = max(last, json.loads(line).get("update", 0))
-    return last >= updates
+    """Whether out_dir's metrics.jsonl (a run folder) or metrics.jsonl.gz (its kept results)
+    reaches `updates`."""
+    for path, opener in ((os.path.join(out_dir, "metrics.jsonl"), open),
+                         (os.path.join(out_dir, "metrics.jsonl.gz"), gzip.open)):
+        if os.path.exists(path):
+            with opener(path, "rt") as f:
+                return max((json.loads(line).get("update", 0) for line in f), default=0) >= updates
+    return False
+
+
+# ----------------------------------------------------------------------------- results kept
+
+# A run's kept results (results/<sweep>/<run>/, committed to the repository so that a sweep on
+# another checkout skips the run and `make tables` remakes every table from them): its resolved
+# config, its metrics without the per-phase timings (time/update kept) and with every float to
+# 7 significant digits (float32 precision: most metrics are float32 reductions), the final
+# evaluation's per-problem records, and run_info.json (where and with what it ran). gzip with
+# mtime 0, so that the same run gives the same bytes. About 45 kB for a 300-update toy run.
+RESULT_DIGITS = 7
+
+
+def results_dir(sweep: dict, out_dir: str):
+    """Where a run of the sweep keeps its results (None: the sweep file has no `results:`)."""
+    return os.path.join(sweep["results"], os.path.basename(out_dir)) if sweep.get("results") else None
+
+
+def keep_results(out_dir: str, dest: str) -> None:
+    """Write the finished run folder out_dir's results to dest (see RESULT_DIGITS above)."""
+    def compact(value):
+        return float(f"{value:.{RESULT_DIGITS}g}") if isinstance(value, float) else value
+
+    def write_gz(name, rows):
+        data = "".join(json.dumps(row) + "\n" for row in rows).encode()
+        with open(os.path.join(tmp, name), "wb") as f:
+            f.write(gzip.compress(data, compresslevel=9, mtime=0))
+
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    records = []
+    if os.path.exists(os.path.join(out_dir, "eval_records.jsonl")):
+        with open(os.path.join(out_dir, "eval_records.jsonl")) as f:
+            records = [json.loads(line) for line in f]
+        last = max((r["update"] for r in records), default=None)
+        records = [r for r in records if r["update"] == last]
+    tmp = dest + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    shutil.copy(os.path.join(out_dir, "config.yaml"), tmp)
+    if os.path.exists(os.path.join(out_dir, "run_info.json")):
+        shutil.copy(os.path.join(out_dir, "run_info.json"), tmp)
+    write_gz("metrics.jsonl.gz", [{k: compact(v) for k, v in row.items()
+                                   if k == "time/update" or not k.startswith("time/")} for row in rows])
+    write_gz("eval_records.jsonl.gz", records)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)  # a stopped copy leaves only <dest>.tmp, never half a result
 
 
 # ----------------------------------------------------------------------------- SLURM
@@ -206,12 +259,26 @@ def submit(sweep: dict, executor) -> list:
 # ----------------------------------------------------------------------------- main
 
 def unfinished(sweep: dict) -> list:
-    """[(cfg, out_dir, overrides)] of the grid's runs that have not reached `updates`."""
+    """[(cfg, out_dir, overrides)] of the grid's runs that have not reached `updates`, neither
+    in their run folder nor in their kept results; a finished run folder whose results are not
+    kept yet gets them now."""
     runs = expand(sweep)
     configs = [config.load_config(sweep["config"], overrides) for _, overrides in runs]
-    todo = [(cfg, d, o) for cfg, (d, o) in zip(configs, runs) if not finished(d, cfg["updates"])]
-    print(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to run",
-          file=sys.stderr)
+    todo, kept, collected = [], 0, 0
+    for cfg, (out_dir, overrides) in zip(configs, runs):
+        dest = results_dir(sweep, out_dir)
+        if dest and finished(dest, cfg["updates"]):
+            kept += 1
+        elif finished(out_dir, cfg["updates"]):
+            if dest:
+                keep_results(out_dir, dest)
+                collected += 1
+        else:
+            todo.append((cfg, out_dir, overrides))
+    print(f"{len(runs)} runs, {len(runs) - len(todo)} already finished"
+          + (f" ({kept} in {sweep['results']}" + (f", {collected} copied there now" if collected
+                                                   else "") + ")" if sweep.get("results") else "")
+          + f", {len(todo)} to run", file=sys.stderr)
     return todo
 
 
@@ -481,6 +548,8 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
                     elif event["event"] == "done":
                         done.append(i)
                         worker.run = None
+                        if results_dir(sweep, todo[i][1]):
+                            keep_results(todo[i][1], results_dir(sweep, todo[i][1]))
                         say(f"{worker.name}: done {name(i)} in {time.time() - started_at[i]:.0f} s "
                             f"({len(done)}/{len(todo)} done)")
                         hand_out(worker)
@@ -506,7 +575,7 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
     for i, why_stopped in stopped.items():
         print(f"  stopped {todo[i][1]}: {why_stopped}", file=sys.stderr)
     if stop["signal"] is not None:
-        print(f"  run the same command to continue", file=sys.stderr)
+        print("  run the same command to continue", file=sys.stderr)
         return 128 + stop["signal"]
     if not_run:
         print(f"  not run ({len(not_run)}): " + ", ".join(name(i) for i in not_run)

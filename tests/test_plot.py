@@ -103,29 +103,71 @@ def test_fig4_fig8_fig9_fig10_from_their_grids(tmp_path):
         in _table(paths["fig10"])
 
 
-def test_leaderboard_and_fig7_fig10_without_clip_frac(tmp_path):
-    """Three entries: GRPO (proximal: no clip_frac logged), PPO vs the sampler (grpo, behavior
-    anchor: its own row), M2PO (logs is_masked_frac); N in {0, 32}, two seeds. The table holds
-    final mean@4 per N and, at N = 32, K3, is_chi2_token and is_masked_frac (blank where absent)."""
+def test_leaderboard_ranks_by_staleness_score_with_intervals(tmp_path):
+    """Four entries, finals by hand. GRPO+TIS, seeds 0-2: N = 8, 32, 128 finals [0.40, 0.42,
+    0.44], [0.30, 0.33, 0.36], [0.20, 0.21, 0.22]: per-seed scores 0.30, 0.32, 0.34, mean 0.32,
+    sd 0.02, 95% t half-width 4.303 * 0.02 / sqrt 3 = 0.0497. M2PO: each cell + 0.1 + 0.01 seed:
+    scores 0.40, 0.43, 0.46 (0.43 +- 4.303 * 0.03 / sqrt 3 = 0.0745), paired to GRPO+TIS 0.10,
+    0.11, 0.12 (0.11 +- 0.0248). PPO vs the sampler (grpo, behavior anchor: its own row), seed 0
+    only, 0.5 at every N: score 0.5 without an interval, paired 0.5 - 0.30. GRPO: 0.9 at N = 8
+    and 32, no N = 128: no score, so it ranks last though its cells are the highest."""
+    runs = tmp_path / "runs"
+    tis = {8: [0.40, 0.42, 0.44], 32: [0.30, 0.33, 0.36], 128: [0.20, 0.21, 0.22]}
+    for seed in (0, 1, 2):
+        _run(runs, 0.5, "grpo_tis", 0, seed)
+        for delay, finals in tis.items():
+            _run(runs, finals[seed], "grpo_tis", delay, seed, logged={"is_chi2_token": 0.2})
+            _run(runs, finals[seed] + 0.1 + 0.01 * seed, "m2po", delay, seed, k3=0.002,
+                 logged={"is_chi2_token": 0.5, "is_masked_frac": 0.25 + 0.1 * seed})
+    for delay in (8, 32, 128):
+        _run(runs, 0.5, "grpo", delay, 0, name=f"grpo_N{delay}_s0_grpo_anchor-behavior",
+             logged={"clip_frac": 0.1, "is_chi2_token": 0.3}, **{"loss_args.grpo_anchor": "behavior"})
+    for delay in (8, 32):
+        _run(runs, 0.9, "grpo", delay, 0, logged={"is_chi2_token": 0.2})
+    out = str(tmp_path / "leaderboard.png")
+    plot.main(["leaderboard", str(runs), "--out", out])
+    assert os.path.getsize(out) > 10_000 and os.path.getsize(str(tmp_path / "leaderboard_k3.png")) > 10_000
+    table = _table(out)
+    assert ("| method | staleness score (95% t) | vs GRPO+TIS, paired (95% t) | seeds | N=0 | N=8 | N=32 | "
+            "N=128 | K3 x1e-3 at N=32 | is_chi2_token at N=32 | is_masked_frac (%) at N=32 |") in table
+    assert "| PPO vs sampler (GRPO, behavior anchor) | 50.0 | 20.0 | 1 |  | 50.0 | 50.0 | 50.0 | 10 | 0.3 |  |" in table
+    assert ("| M2PO | 43.0 ± 7.5 | 11.0 ± 2.5 | 3 |  | 53.0 (50.0-56.0) | 44.0 (40.0-48.0) | 32.0 (30.0-34.0) | "
+            "20 (20-20) | 0.5 (0.5-0.5) | 35.0 (25.0-45.0) |") in table
+    assert ("| GRPO+TIS | 32.0 ± 5.0 |  | 3 | 50.0 (50.0-50.0) | 42.0 (40.0-44.0) | 33.0 (30.0-36.0) | "
+            "21.0 (20.0-22.0) | 10 (10-10) | 0.2 (0.2-0.2) |  |") in table
+    assert "| GRPO |  |  | 0 |  | 90.0 | 90.0 |  | 10 | 0.2 |  |" in table
+    rows = [l.split(" |")[0] for l in table.splitlines() if l.startswith("| ") and "---" not in l][1:]
+    assert rows == ["| PPO vs sampler (GRPO, behavior anchor)", "| M2PO", "| GRPO+TIS", "| GRPO"]
+
+
+def test_direction_ablation_table(tmp_path):
+    """The 2 x 2 of configs/sweep_direction_toy.yaml: wide and narrow band x both and harmful,
+    N = 32, seeds 0 and 1; harmful - both paired per seed: wide 0.1, 0.2 (0.15 +- 12.706 *
+    0.0707 / sqrt 2 = 0.635), narrow 0.0, 0.0."""
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        for band, low, high in (("wide", 0.0, 5.0), ("narrow", 0.8, 1.2)):
+            for direction_, final in (("both", 0.2), ("harmful", 0.3 + 0.1 * seed if band == "wide" else 0.2)):
+                _run(runs, final, "grpo_mis", 32, seed, name=f"{band}_{direction_}_s{seed}",
+                     **{"loss_args.mis_low": low, "loss_args.mis_high": high,
+                        "loss_args.mis_direction": direction_})
+    out = str(tmp_path / "direction.png")
+    plot.main(["direction", str(runs), "--out", out])
+    table = _table(out)
+    for line in ("| [0, 5] | both | 20.0 (20.0-20.0) |", "| [0, 5] | harmful | 35.0 (30.0-40.0) |",
+                 "| [0.8, 1.2] | both | 20.0 (20.0-20.0) |", "| [0.8, 1.2] | harmful | 20.0 (20.0-20.0) |",
+                 "| [0, 5] | harmful - both, paired (95% t) | 15.0 ± 63.5 (2 seeds) |",
+                 "| [0.8, 1.2] | harmful - both, paired (95% t) | 0.0 ± 0.0 (2 seeds) |"):
+        assert line in table, line
+    assert table.index("[0, 5] | both") < table.index("[0.8, 1.2] | both")  # the published band first
+
+
+def test_fig7_fig10_without_clip_frac(tmp_path):
     runs = tmp_path / "runs"
     for seed in (0, 1):
         for delay in (0, 32):
-            _run(runs, 0.5 - delay / 100 + 0.1 * seed, "grpo", delay, seed, logged={"is_chi2_token": 0.2})
-            _run(runs, 0.4 + 0.1 * seed, "grpo", delay, seed, name=f"grpo_N{delay}_s{seed}_grpo_anchor-behavior",
-                 logged={"clip_frac": 0.1, "is_chi2_token": 0.3}, **{"loss_args.grpo_anchor": "behavior"})
-            _run(runs, 0.6, "m2po", delay, seed, k3=0.002,
-                 logged={"is_chi2_token": 0.5, "is_masked_frac": 0.25 + 0.1 * seed})
-    out = str(tmp_path / "leaderboard.png")
-    plot.main(["leaderboard", str(runs), "--out", out])
-    assert os.path.getsize(out) > 10_000
-    table = _table(out)
-    assert "| method | N=0 | N=32 | K3 x1e-3 at N=32 | is_chi2_token at N=32 | is_masked_frac (%) at N=32 |" in table
-    assert "| GRPO | 55.0 (50.0-60.0) | 23.0 (18.0-28.0) | 10 (10-10) | 0.2 (0.2-0.2) |  |" in table
-    assert "| PPO vs sampler (GRPO, behavior anchor) | 45.0 (40.0-50.0) | 45.0 (40.0-50.0) | 10 (10-10) | " \
-        "0.3 (0.3-0.3) |  |" in table
-    assert "| M2PO | 60.0 (60.0-60.0) | 60.0 (60.0-60.0) | 20 (20-20) | 0.5 (0.5-0.5) | 30.0 (25.0-35.0) |" in table
-    lines = [l for l in table.splitlines() if l.startswith("| ")]  # the rows, the machines' line aside
-    assert [l.split(" |")[0] for l in lines[-3:]] == ["| GRPO", "| PPO vs sampler (GRPO, behavior anchor)", "| M2PO"]
+            _run(runs, 0.5, "grpo", delay, seed)
+            _run(runs, 0.6, "m2po", delay, seed, logged={"is_masked_frac": 0.25})
     # fig. 7 and fig. 10 with clip_frac absent for some objectives
     plot.main(["fig7", str(runs), "--out", str(tmp_path / "fig7.png")])
     for variant, logged in (("original", {}), ("detached", None)):

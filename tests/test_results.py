@@ -1,0 +1,81 @@
+"""Kept results (sweep.keep_results): what a finished run leaves in results/, that a sweep skips
+a run whose results are kept, and that plot.py reads them as it reads the run folder."""
+import gzip
+import json
+import os
+
+import yaml
+
+import config
+import plot
+import sweep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOY = os.path.join(ROOT, "configs", "toy.yaml")
+
+
+def finished_run(folder, seed=0, updates=4):
+    """A run folder as train.py leaves it: config, metrics with per-phase timings, evaluations at
+    updates 0 and `updates` (two problems each), run_info.json."""
+    cfg = config.load_config(TOY, [f"seed={seed}", "delay=0", f"updates={updates}", f"out_dir={folder}"])
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.yaml"), "w") as f:
+        yaml.safe_dump(cfg, f)
+    rows = [{"update": 0, "eval/toy/mean@4": 0.25}]
+    rows += [{"update": t, "k3": 1 / 3 * t, "loss": -0.123456789012, "time/update": 0.123456789,
+              "time/learn": 0.05, "responses_total": 128 * t} for t in range(1, updates + 1)]
+    rows[-1]["eval/toy/mean@4"] = 0.5 + seed / 100
+    with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    with open(os.path.join(folder, "eval_records.jsonl"), "w") as f:
+        for update in (0, updates):
+            f.writelines(json.dumps({"update": update, "benchmark": "toy", "id": f"toy-{i}", "n": 4,
+                                     "correct": i + update // updates}) + "\n" for i in range(2))
+    with open(os.path.join(folder, "run_info.json"), "w") as f:
+        json.dump({"sessions": []}, f)
+    os.makedirs(os.path.join(folder, "ckpt-000004"))  # not kept
+
+
+def read_gz(path):
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_keep_results_is_compact_and_the_same_bytes_every_time(tmp_path):
+    run, dest = str(tmp_path / "runs" / "grpo_N0_s0"), str(tmp_path / "results" / "grpo_N0_s0")
+    finished_run(run)
+    sweep.keep_results(run, dest)
+    assert sorted(os.listdir(dest)) == ["config.yaml", "eval_records.jsonl.gz", "metrics.jsonl.gz",
+                                        "run_info.json"]
+    rows = read_gz(os.path.join(dest, "metrics.jsonl.gz"))
+    assert len(rows) == 5 and rows[-1]["eval/toy/mean@4"] == 0.5
+    assert rows[3] == {"update": 3, "k3": 1.0, "loss": -0.1234568, "time/update": 0.1234568,
+                       "responses_total": 384}  # 7 digits, per-phase timings left out
+    assert read_gz(os.path.join(dest, "eval_records.jsonl.gz")) == [
+        {"update": 4, "benchmark": "toy", "id": "toy-0", "n": 4, "correct": 1},
+        {"update": 4, "benchmark": "toy", "id": "toy-1", "n": 4, "correct": 2}]  # the final eval
+    first = {n: open(os.path.join(dest, n), "rb").read() for n in os.listdir(dest)}
+    sweep.keep_results(run, dest)
+    assert {n: open(os.path.join(dest, n), "rb").read() for n in os.listdir(dest)} == first
+    assert sweep.finished(dest, 4) and not sweep.finished(dest, 5)
+    # plot.py reads the kept results as it reads the run folder
+    from_run, from_results = plot.load_runs(str(tmp_path / "runs")), plot.load_runs(str(tmp_path / "results"))
+    assert plot.final_accuracy(from_run) == plot.final_accuracy(from_results) == {("grpo", 0): [0.5]}
+
+
+def test_a_sweep_skips_kept_results_and_keeps_those_of_finished_runs(tmp_path, monkeypatch, capsys):
+    """Seeds 0-2: seed 0 has only its kept results (committed from another checkout), seed 1 a
+    finished run folder and no results yet (they are written now), seed 2 nothing: only seed 2
+    is left to run."""
+    monkeypatch.chdir(tmp_path)
+    spec = {"config": TOY, "out_root": "runs/lb", "results": "results/lb",
+            "grid": {"loss": ["grpo"], "delay": [0], "seed": [0, 1, 2]}, "overrides": {"updates": 4}}
+    finished_run("elsewhere/grpo_N0_s0", seed=0)
+    sweep.keep_results("elsewhere/grpo_N0_s0", "results/lb/grpo_N0_s0")
+    finished_run("runs/lb/grpo_N0_s1", seed=1)
+    todo = sweep.unfinished(spec)
+    assert [out_dir for _, out_dir, _ in todo] == ["runs/lb/grpo_N0_s2"]
+    assert "3 runs, 2 already finished (1 in results/lb, 1 copied there now), 1 to run" in capsys.readouterr().err
+    assert sorted(os.listdir("results/lb")) == ["grpo_N0_s0", "grpo_N0_s1"]
+    assert plot.final_accuracy(plot.load_runs("results/lb")) == {("grpo", 0): [0.5, 0.51]}
+    assert len(sweep.unfinished({k: v for k, v in spec.items() if k != "results"})) == 2
