@@ -208,6 +208,7 @@ def machines(runs: list) -> tuple:
                 seen[lib].add(s["versions"][lib] or "none")
             seen["matmul"].add(s["matmul"])
             seen["sampler"].add(s["sampler"])
+            seen["threads"].add(str(s.get("torch_threads")))
             git = s["git"]
             seen["commits"].add((git["commit"] or "no git")[:7] + (" (dirty)" if git["dirty"] else ""))
     where = [f"{n} on {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1])]

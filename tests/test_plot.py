@@ -231,7 +231,7 @@ def test_tables_name_their_machines_and_warn_when_processors_mix(tmp_path, capsy
     out = str(tmp_path / "fig3.png")
     plot.main(["fig3", str(runs), "--out", out])
     assert _table(out).endswith("| GRPO | 50.0 (50.0-50.0) |\n\nruns: 2 on AMD EPYC (avx2); torch 2.13.0; "
-                                "vllm 0.32.0; transformers 5.19.0; matmul onednn; sampler vllm; "
+                                "vllm 0.32.0; transformers 5.19.0; matmul onednn; sampler vllm; threads 1; "
                                 "commits abc1234\n")
     assert "warning" not in capsys.readouterr().err
     # a third run resumed on an Intel machine with AVX-512 and AMX, the transformers sampler, and
@@ -247,7 +247,7 @@ def test_tables_name_their_machines_and_warn_when_processors_mix(tmp_path, capsy
     intel = "Intel(R) Xeon(R) Platinum 8481C (avx2, avx512f, avx512_bf16, amx_tile)"
     assert notes == [
         f"runs: 3 on AMD EPYC (avx2), 1 on {intel}, 1 on unknown machine (no run_info.json); torch "
-        "2.13.0; vllm 0.32.0; transformers 5.19.0; matmul onednn; sampler transformers, vllm; "
+        "2.13.0; vllm 0.32.0; transformers 5.19.0; matmul onednn; sampler transformers, vllm; threads 1; "
         "commits abc1234, fedcba9 (dirty)", "",
         f"warning: this table mixes 2 processor kinds (AMD EPYC (avx2); {intel}): runs on different "
         "processors agree only within the seed spread"]
