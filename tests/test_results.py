@@ -79,3 +79,21 @@ def test_a_sweep_skips_kept_results_and_keeps_those_of_finished_runs(tmp_path, m
     assert sorted(os.listdir("results/lb")) == ["grpo_N0_s0", "grpo_N0_s1"]
     assert plot.final_accuracy(plot.load_runs("results/lb")) == {("grpo", 0): [0.5, 0.51]}
     assert len(sweep.unfinished({k: v for k, v in spec.items() if k != "results"})) == 2
+
+
+def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
+    """Every table `make tables` writes (the Makefile's lines) is remade from the committed
+    results/ into a temporary folder and equals the committed one, byte for byte (the .md; the
+    PNG's bytes depend on the matplotlib version, which is not pinned)."""
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        lines = [l.split("|| ")[1].split() for l in f if "plot.py" in l and " results/" in l]
+    assert [(l[2], l[3]) for l in lines] == [("leaderboard", "results/leaderboard_toy"),
+                                            ("direction", "results/direction_toy")]
+    for _, _, figure, results, _, out in lines:
+        if not os.path.isdir(os.path.join(ROOT, results)):
+            continue
+        remade = str(tmp_path / os.path.basename(out))
+        plot.main([figure, os.path.join(ROOT, results), "--out", remade])
+        committed = os.path.join(ROOT, os.path.splitext(out)[0] + ".md")
+        assert open(os.path.splitext(remade)[0] + ".md").read() == open(committed).read(), \
+            f"{committed} is not what `make tables` makes from {results}: run make tables"
