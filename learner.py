@@ -167,9 +167,13 @@ def cpu_matmul_backend(choice: str) -> tuple:
     rounding):
       - x86 Intel (GenuineIntel): torch. MKL takes its widest path there; with AVX-512 and AMX
         (2-core Xeon) the toy learn phase took 0.106 s with torch against 0.124 s with onednn.
-      - x86 other vendors (AMD): onednn. MKL picks its code path by vendor and takes AVX2 on
-        AMD, oneDNN by the processor's instruction sets: with AVX-512 (2-core EPYC Zen 5) 2.2x
-        torch's matmul throughput; with AVX2 only (2-core EPYC Zen 3) not yet measured.
+      - x86 other vendors (AMD) with AVX-512: onednn. MKL picks its code path by vendor and
+        takes AVX2 on AMD, oneDNN by the processor's instruction sets: on a 2-core EPYC Zen 5
+        2.2x torch's matmul throughput.
+      - x86 other vendors without AVX-512: torch. Both then run AVX2 code, and MKL's is the
+        faster: on a 2-core EPYC Zen 3 (AVX2 only), one thread, `bench.py --compare-cpu-matmul`
+        (train.learn on the same toy batches, alternately) took 0.389 s with torch against
+        0.418 s with onednn (median of 40; torch / onednn 0.93, 0.94 in a second sitting).
       - anything else (aarch64, macOS): torch, its own BLAS; oneDNN there is unmeasured, and
         absent from some builds (onednn_linear_works).
     """
@@ -181,7 +185,10 @@ def cpu_matmul_backend(choice: str) -> tuple:
         return "torch", f"auto: {platform.machine()} processor ({what}): torch's own BLAS"
     if vendor == "GenuineIntel":
         return "torch", f"auto: Intel processor ({what}): MKL takes its widest path"
-    return "onednn", f"auto: non-Intel x86 processor ({what}): MKL would take AVX2, oneDNN its best"
+    if "avx512f" in isa:
+        return "onednn", (f"auto: non-Intel x86 processor with AVX-512 ({what}): MKL would take "
+                          f"AVX2, oneDNN AVX-512")
+    return "torch", f"auto: non-Intel x86 processor without AVX-512 ({what}): both AVX2, MKL's faster"
 
 
 _ONEDNN_LINEAR = {}  # whether it works, once found out

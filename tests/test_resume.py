@@ -598,7 +598,8 @@ def test_a_nonfinite_forward_pass_is_a_skipped_update(tmp_path, sampler, monkeyp
 
 def test_cpu_matmul_auto_is_a_rule_recorded_with_the_run_and_kept_on_resume(tmp_path, monkeypatch,
                                                                             capsys):
-    """auto: torch on Intel and off x86, onednn on other x86; config.yaml records the backend
+    """auto: torch on Intel, off x86 and on other x86 without AVX-512, onednn on other x86 with
+    AVX-512; config.yaml records the backend
     with how it was chosen; a resumed run keeps the recorded one whatever the rule says now, and
     an explicit other backend is taken with a warning (the key may change on resume)."""
     def machine(vendor, arch="x86_64", isa=("avx2",)):
@@ -607,15 +608,17 @@ def test_cpu_matmul_auto_is_a_rule_recorded_with_the_run_and_kept_on_resume(tmp_
 
     machine("GenuineIntel", isa=("amx_tile", "avx2", "avx512f"))
     assert learner.cpu_matmul_backend("auto")[0] == "torch"
-    machine("AuthenticAMD")
+    machine("AuthenticAMD", isa=("avx2", "avx512f"))
     assert learner.cpu_matmul_backend("auto") == (
-        "onednn", "auto: non-Intel x86 processor (AuthenticAMD, avx2): MKL would take AVX2, "
-                  "oneDNN its best")
+        "onednn", "auto: non-Intel x86 processor with AVX-512 (AuthenticAMD, avx2/avx512f): MKL "
+                  "would take AVX2, oneDNN AVX-512")
+    machine("AuthenticAMD")
+    assert learner.cpu_matmul_backend("auto")[0] == "torch"
     assert learner.cpu_matmul_backend("torch") == ("torch", "set in the config")
     machine("unknown", arch="aarch64", isa=())
     assert learner.cpu_matmul_backend("auto")[0] == "torch"
 
-    machine("AuthenticAMD")
+    machine("AuthenticAMD", isa=("avx2", "avx512f"))
     cfg = toy_config(tmp_path / "run", cpu_matmul="auto")
     resolved, note = learner.resolve_cpu_matmul(cfg)
     assert resolved["cpu_matmul"] == "onednn" and cfg["cpu_matmul"] == "auto"
