@@ -22,6 +22,7 @@ def write_sweep(tmp_path, name: str, losses: list) -> str:
     """`losses` at N = 1, 3 updates; a grpo_tis run has a missing model folder: it passes the
     config checks and fails when it starts (its engine, or preflight)."""
     spec = {"config": os.path.join(ROOT, "configs", "toy.yaml"), "out_root": str(tmp_path / name),
+            "results": str(tmp_path / f"{name}_results"),
             "grid": {"loss": losses, "delay": [1], "seed": [0]}, "overrides": SMALL,
             "per_loss": {"grpo_tis": {"model": str(tmp_path / "missing"), "build_toy_model": False}}}
     path = tmp_path / f"{name}.yaml"
@@ -46,6 +47,9 @@ def test_two_pinned_jobs_give_one_jobs_numbers_and_a_failed_run_stops_no_other(t
     assert f"FAILED {bad}: FileNotFoundError" in err and f"log {bad}/train.log" in err, err[-3000:]
     assert "2 of 3 runs done" in err and "2 job(s) of 1 core(s)" in err
     assert "Traceback" in open(os.path.join(bad, "train.log")).read()
+    # each run that finished kept its results as it finished, the failed one none
+    assert sorted(os.listdir(tmp_path / "two_results")) == ["ggpo_N1_s0", "grpo_N1_s0"]
+    assert sweep.finished(str(tmp_path / "two_results" / "grpo_N1_s0"), 3)
     logs = [open(tmp_path / "two" / f"{loss}_N1_s0" / "train.log").read() for loss in ("grpo", "ggpo")]
     assert sorted(log.split("cores ")[1].split(",")[0] for log in logs) == ["0", "1"]  # one core each
     assert all(", 1 threads" in log for log in logs)
