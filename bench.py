@@ -5,6 +5,7 @@
     python bench.py --compare REF [--rounds 3]   # this checkout against git commit REF, alternately
     python bench.py --compare-samplers [--rounds 3]   # sampler=vllm against sampler=transformers
     python bench.py --compare-cpu-matmul [--rounds 3]   # the learner with onednn and torch matmuls
+    python bench.py --vs-trl [--rounds 3]   # toy GRPO here against TRL's GRPOTrainer (HF generate)
 
 An update cannot be faster than (a) generating its rollouts plus (b) one forward/backward pass
 of the learner over them; everything else is overhead. For each model, in one process of its
@@ -298,7 +299,135 @@ def compare_cpu_matmul(rounds: int, batches: int = 8) -> None:
     shutil.rmtree(cfg["out_dir"], ignore_errors=True)
 
 
-def compare_runs(runs: dict, rounds: int) -> None:
+TRL_VERSION = "1.16.0"
+TRL_VENV = os.path.join(HERE, "artifacts", "venv-trl")
+
+
+def trl_python() -> str:
+    """The python of a venv with TRL (not a dependency of the project), built under artifacts/
+    on first use with this venv's torch and transformers versions."""
+    python = os.path.join(TRL_VENV, "bin", "python")
+    if os.path.exists(os.path.join(TRL_VENV, "ready")):
+        return python
+    import torch
+    import transformers
+    versions = [f"torch=={torch.__version__.split('+')[0]}", f"trl=={TRL_VERSION}",
+                f"transformers=={transformers.__version__}"]
+    print(f"building {TRL_VENV} (first use, a few minutes): {', '.join(versions)}", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", TRL_VENV], check=True)
+    pip = [python, "-m", "pip", "install", "-q"]
+    subprocess.run(pip + versions[:1], check=True)  # first alone: pip takes the CPU build here
+    subprocess.run(pip + versions[1:], check=True)
+    open(os.path.join(TRL_VENV, "ready"), "w").close()
+    return python
+
+
+def trl_child(job_path: str, out_path: str) -> None:
+    """bench.py --trl-child (in the TRL venv): TRL's GRPOTrainer with HF generate on the toy
+    model, prompts and reward of the job file, one optimizer step per batch of 16 prompts x 8
+    responses; per step its seconds and the seconds of its generation, to out_path."""
+    import datasets
+    import torch
+    import trl
+    sys.path.insert(0, HERE)
+    from grading import _quick_grade, last_boxed  # the toy's reward, as the project grades it
+
+    with open(job_path) as f:
+        job = json.load(f)
+    rows = [p for batch in job["batches"] for p in batch]
+    dataset = datasets.Dataset.from_list(rows)
+
+    def reward(completions, answer, **_):
+        return [float(bool(_quick_grade(last_boxed(c), a))) for c, a in zip(completions, answer)]
+
+    args = trl.GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=len(job["batches"][0]) * job["group_size"],
+        num_generations=job["group_size"], max_completion_length=job["max_tokens"],
+        temperature=job["temperature"], learning_rate=job["lr"], lr_scheduler_type="constant",
+        warmup_steps=0, weight_decay=0.0, max_grad_norm=job["grad_clip"], beta=0.0,
+        num_iterations=1, loss_type="dapo", max_steps=len(job["batches"]), shuffle_dataset=False,
+        logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False,
+        seed=0, disable_dropout=True)
+    trainer = trl.GRPOTrainer(model=job["model"], reward_funcs=reward, args=args, train_dataset=dataset)
+    steps, generate = [], []
+    generate_once = trainer._generate_single_turn
+
+    def timed_generate(*a, **k):
+        t0 = time.perf_counter()
+        out = generate_once(*a, **k)
+        generate.append(time.perf_counter() - t0)
+        return out
+
+    trainer._generate_single_turn = timed_generate
+
+    class StepTimes(__import__("transformers").TrainerCallback):
+        def on_step_begin(self, *_, **__):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *_, **__):
+            steps.append(time.perf_counter() - self.t0)
+
+    trainer.add_callback(StepTimes())
+    trainer.train()
+    with open(out_path, "w") as f:
+        json.dump({"step_s": steps, "generate_s": generate, "threads": torch.get_num_threads(),
+                   "versions": {"trl": trl.__version__, "torch": torch.__version__}}, f)
+
+
+def compare_trl(rounds: int) -> None:
+    """On-policy toy GRPO in this project (train.py, COMPARE_RUN: the vLLM engine, 60 updates)
+    and in TRL's GRPOTrainer (HF generate), one process at a time and alternately, `rounds`
+    times each, on the same toy model, the same 60 batches of 16 prompts (tasks.prompts_for_batch,
+    seed 0), 8 responses of at most 16 tokens at temperature 1, the same reward (grading's toy
+    path), lr, AdamW and grad clip, no reference (beta 0), one optimizer step per batch. TRL
+    takes loss_type dapo (the token mean over the batch, as the project's GRPO). Median seconds
+    per update over updates 11-60 of each, and its phases (TRL: generate and the rest)."""
+    import config
+    import tasks
+    python = trl_python()
+    out_dir = tempfile.mkdtemp(prefix="bench-trl-job-")
+    cfg = config.load_config(os.path.join(HERE, COMPARE_RUN[0]), COMPARE_RUN[1:] + [f"out_dir={out_dir}"])
+    job = {k: cfg[k] for k in ("model", "group_size", "max_tokens", "temperature", "lr", "grad_clip")}
+    job["model"] = os.path.abspath(os.path.join(HERE, cfg["model"]))
+    job["batches"] = [[{"prompt": p["prompt"], "answer": p["answer"]} for p in tasks.prompts_for_batch(cfg, i)]
+                      for i in range(cfg["updates"])]
+    job_path = os.path.join(out_dir, "job.json")
+    with open(job_path, "w") as f:
+        json.dump(job, f)
+    result = {"project": [], "trl": []}
+    for round_ in range(rounds):
+        ours = compare_runs({"this project": (HERE, [])}, 1, quiet=True)["this project"]
+        result["project"].append(ours)
+        t0 = time.perf_counter()
+        out = os.path.join(out_dir, "trl.json")
+        done = subprocess.run([python, __file__, "--trl-child", job_path, "--out", out], cwd=HERE,
+                              capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(f"TRL run failed:\n{done.stderr[-5000:]}")
+        with open(out) as f:
+            trl_times = json.load(f)
+        theirs = {"update_s": statistics.median(trl_times["step_s"][10:60]),
+                  "generate": statistics.median(trl_times["generate_s"][10:60]),
+                  "wall_s": time.perf_counter() - t0}
+        theirs["rest"] = theirs["update_s"] - theirs["generate"]
+        result["trl"].append(theirs)
+        print(f"round {round_ + 1}/{rounds}  project {ours['update_s']:.4f} s/update (generate "
+              f"{ours['generate']:.4f}, learn {ours['learn']:.4f}, optim {ours['optim']:.4f}, sync "
+              f"{ours['sync']:.4f}; whole run {ours['wall_s']:.1f} s)  TRL {theirs['update_s']:.4f} "
+              f"s/step (generate {theirs['generate']:.4f}, the rest {theirs['rest']:.4f}; whole run "
+              f"{theirs['wall_s']:.1f} s, {trl_times['threads']} threads)", flush=True)
+    med = {side: {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+           for side, rows in result.items()}
+    print(f"\nmedian over {rounds} rounds: project {med['project']['update_s']:.4f} s/update, TRL "
+          f"{TRL_VERSION} {med['trl']['update_s']:.4f} s/step: the project is "
+          f"{med['trl']['update_s'] / med['project']['update_s']:.2f}x TRL's speed (generate "
+          f"{med['project']['generate']:.4f} against HF generate {med['trl']['generate']:.4f}; "
+          f"learner phases {med['project']['update_s'] - med['project']['generate']:.4f} against "
+          f"{med['trl']['rest']:.4f})")
+    shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def compare_runs(runs: dict, rounds: int, quiet: bool = False) -> dict:
     """COMPARE_RUN by train.py for each of runs {name: (checkout, extra overrides)}, one process
     at a time and alternately, `rounds` times each. Per run: the median time/update over updates
     11-60 (after the sampler and the learner are warm), its phases, and the wall time of the
@@ -320,11 +449,14 @@ def compare_runs(runs: dict, rounds: int) -> None:
             med = lambda key: statistics.median(r.get(key, 0.0) for r in rows)
             result[name].append({"update_s": med("time/update"), "wall_s": wall,
                                  **{k: med(f"time/{k}") for k in COMPARE_PHASES}})
-            print(f"round {round_ + 1}/{rounds}  {name:22s} median s/update {med('time/update'):.4f}  "
-                  f"whole run {wall:5.1f} s  " + "  ".join(f"{k} {med(f'time/{k}'):.4f}"
-                                                          for k in COMPARE_PHASES), flush=True)
+            if not quiet:
+                print(f"round {round_ + 1}/{rounds}  {name:22s} median s/update {med('time/update'):.4f}  "
+                      f"whole run {wall:5.1f} s  " + "  ".join(f"{k} {med(f'time/{k}'):.4f}"
+                                                              for k in COMPARE_PHASES), flush=True)
     summary = {name: {k: statistics.median(r[k] for r in runs_) for k in runs_[0]}
                for name, runs_ in result.items()}
+    if len(summary) == 1:
+        return summary
     (first, theirs), (second, ours) = summary.items()
     print(f"\nmedian over {rounds} rounds: s/update {theirs['update_s']:.4f} ({first}) -> "
           f"{ours['update_s']:.4f} ({second}): {theirs['update_s'] / ours['update_s']:.2f}x; "
@@ -332,6 +464,7 @@ def compare_runs(runs: dict, rounds: int) -> None:
           f"{theirs['wall_s'] / ours['wall_s']:.2f}x")
     for k in COMPARE_PHASES:
         print(f"  {k:9s} {theirs[k]:.4f} -> {ours[k]:.4f} s")
+    return summary
 
 
 def main() -> None:
@@ -349,7 +482,11 @@ def main() -> None:
                    help="instead: sampler=vllm against sampler=transformers on on-policy toy GRPO")
     p.add_argument("--compare-cpu-matmul", action="store_true",
                    help="instead: the learner's update with cpu_matmul=onednn and torch, alternately")
-    p.add_argument("--rounds", type=int, default=3, help="--compare*: runs of each, alternately")
+    p.add_argument("--vs-trl", action="store_true",
+                   help="instead: on-policy toy GRPO here against TRL's GRPOTrainer (its own venv, "
+                        "built on first use), alternately")
+    p.add_argument("--rounds", type=int, default=3, help="--compare*, --vs-trl: runs of each, alternately")
+    p.add_argument("--trl-child", help=argparse.SUPPRESS)  # internal: the TRL side, in its venv
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one model, result JSON to --out
     args = p.parse_args()
     if args.profile:
@@ -360,6 +497,10 @@ def main() -> None:
         return compare_samplers(args.rounds)
     if args.compare_cpu_matmul:
         return compare_cpu_matmul(args.rounds)
+    if args.vs_trl:
+        return compare_trl(args.rounds)
+    if args.trl_child:
+        return trl_child(args.trl_child, args.out)
     if args.child:
         name, path = args.child.split("=", 1)
         result = bench_model(name, path, args.repeats, args.losses.split(","))
