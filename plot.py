@@ -677,7 +677,8 @@ def direction(root: str, out: str, **_) -> None:
         for d in delays:
             both, harm = final.get((band, "both", d), {}), final.get((band, "harmful", d), {})
             paired = [harm[k] - both[k] for k in sorted(set(both) & set(harm))]
-            cells.append(f"{pm(*t_interval(paired))} ({len(paired)} seeds)" if paired else "")
+            cells.append(f"{pm(*t_interval(paired))} ({len(paired)} seed{'s' if len(paired) > 1 else ''})"
+                         if paired else "")
         diffs.append(f"| {band} | harmful - both, paired (95% t) | " + " | ".join(cells) + " |")
         ax.set_title(f"token MIS, band {band}")
         ax.set_xticks(range(len(delays)), [str(d) for d in delays])
