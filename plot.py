@@ -9,9 +9,9 @@
     python plot.py fig8  runs/fig8_toy   --out figures/fig8_toy.png   # GGPO: beta x reference refresh
     python plot.py fig9  runs/fig8_toy   --out figures/fig9_toy.png   # ESS of GGPO's weights on successes
     python plot.py fig10 runs/fig10_toy  --out figures/fig10_toy.png  # GGPO: original vs detached update
-    python plot.py leaderboard runs/leaderboard_toy --out figures/leaderboard_toy.png  # every objective vs N
+    python plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v2_toy.png  # every objective vs N
     python plot.py numerics runs/numerics_toy --out figures/numerics_toy.png  # engine vs learner precision
-    python plot.py direction runs/direction_toy --out figures/direction_toy.png  # the direction ablation
+    python plot.py direction results/direction_toy --out figures/direction_toy.png  # the direction ablation
 
 A run folder holds config.yaml and metrics.jsonl (train.py writes them; sweep.py lays folders out
 as <loss>_N<delay>_s<seed>[_<key>-<value>...]); a folder of kept results (results/<sweep>/<run>,
