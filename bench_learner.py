@@ -266,7 +266,6 @@ def loop(args) -> dict:
     import signal
     import torch
     import config
-    import learner
     import train
 
     on_gpu = torch.cuda.is_available()

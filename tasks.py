@@ -536,7 +536,6 @@ def _supervised_warmup(net, tokenizer, warm: dict, log) -> None:
 
 
 if __name__ == "__main__":  # rebuild the toy base model (after changing TOY_MODEL or TOY_WARMUP)
-    import sys
     if len(sys.argv) != 2:
         sys.exit("usage: python tasks.py DIR   (builds the toy base model into DIR, prints its sha256)")
     folder = build_base_model(sys.argv[1])
