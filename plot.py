@@ -230,6 +230,7 @@ def finish(fig, axes, out: str, title: str, table: list = (), runs: list = ()) -
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(out, dpi=90)
+    plt.close(fig)
     if table:
         notes = [n for n in machines(runs) if n] if runs else []
         if len(notes) > 1:
@@ -634,6 +635,7 @@ def k3_view(groups: dict, order: list, out: str) -> None:
                  "per run)", fontsize=11)
     fig.tight_layout()
     fig.savefig(out, dpi=90)
+    plt.close(fig)
     print(f"wrote {out}")
 
 

@@ -213,6 +213,7 @@ def _session(folder, model="AMD EPYC", isa=("avx", "avx2", "fma"), start=0, **kw
     """Add a session to a synthetic run's run_info.json, as train.py records it."""
     session = checkpoint.session_info(start, "onednn", "vllm")
     session["cpu"].update(model=model, isa=list(isa), torch_capability="AVX2")
+    session["torch_threads"] = 1  # as a pinned sweep job records it, whatever this process has
     session["versions"].update(torch="2.13.0", vllm="0.32.0", transformers="5.19.0")
     session.update(**{"gpu": None, "git": {"commit": "abc1234def", "dirty": False}, **kw})
     path = folder / "run_info.json"
