@@ -53,6 +53,7 @@ check: the GPU box's check (one H200, 16 cores, 128 GiB, 64 GiB disk, torch and 
 """
 import argparse
 import json
+import math
 import os
 import random
 import shutil
@@ -428,7 +429,7 @@ def check(args) -> int:
                 phases = {k[5:]: r[k] for k in ("time/behavior", "time/ref", "time/learn",
                                                 "time/optim", "time/metrics")}
                 record[f"learn_{loss}"] = {"peak_GiB": r["peak_GiB"], "wall_s": wall, **phases}
-                ok = all(r[k] == r[k] and abs(r[k]) != float("inf") for k in ("loss", "grad_norm"))
+                ok = all(math.isfinite(r[k]) for k in ("loss", "grad_norm"))
                 verdict(ok, f"learn {loss}",
                         f"{r['layers']} layers, {r['responses']} responses, {r['response_tokens']} "
                         f"response tokens (longest {r['longest']}): peak {r['peak_GiB']:.2f} GiB "

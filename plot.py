@@ -290,12 +290,16 @@ def fig1(root: str, out: str, window: int = 20, delay: int = 8, **_) -> None:
     finish(fig, axes, out, f"Training dynamics at N = {delay} ({seeds_note(runs)})", table, runs)
 
 
+def final_mean(run: dict) -> float:
+    """A run's last evaluated mean@k (eval_key's choice of benchmark, averaged over several)."""
+    return series(run["rows"], eval_key(run["rows"], "mean@", average=True))[1][-1]
+
+
 def final_accuracy(runs: list) -> dict:
     """{(loss, delay): [final mean@k of each seed]}."""
     table = defaultdict(list)
     for r in runs:
-        key = eval_key(r["rows"], "mean@", average=True)
-        table[(r["loss"], r["delay"])].append(series(r["rows"], key)[1][-1])
+        table[(r["loss"], r["delay"])].append(final_mean(r))
     return table
 
 
@@ -559,8 +563,7 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     runs = load_runs(root)
     groups = defaultdict(list)
     for r in runs:
-        key = eval_key(r["rows"], "mean@", average=True)
-        groups[(method(r), r["delay"])].append(r | {"final": series(r["rows"], key)[1][-1]})
+        groups[(method(r), r["delay"])].append(r | {"final": final_mean(r)})
     delays = sorted({d for _, d in groups})
     names = [x for n in loss_order(runs) for x in ((n, "grpo_behavior") if n == "grpo" else (n,))]
     order = [n for n in names if any(k[0] == n for k in groups)]
@@ -617,32 +620,29 @@ def k3_view(groups: dict, order: list, out: str) -> None:
     runs' mean."""
     fig, ax = plt.subplots(figsize=(10, 6))
     colors = {8: "tab:blue", 32: "tab:orange", 128: "tab:red"}
+    labelled = set()  # the N already in the legend
     for (name, delay), runs in sorted(groups.items(), key=lambda kv: kv[0][1]):
         if delay == 0:
             continue
         k3 = [mean([row["k3"] for row in r["rows"] if row.get("k3") is not None]) for r in runs]
         acc = [100 * r["final"] for r in runs]
         ax.scatter(k3, acc, s=14, color=colors.get(delay, "tab:gray"),
-                   label=f"N = {delay}" if name == order[0] or not any(
-                       (n, delay) in groups for n in order[:order.index(name)]) else None)
+                   label=None if delay in labelled else f"N = {delay}")
+        labelled.add(delay)
         if delay == 32:
             ax.annotate(method_style(name, order)[0], (mean(k3), mean(acc)), fontsize=5)
     ax.set_xscale("log")
     ax.set_xlabel("mean K3 between learner and sampler over the run's updates (log)")
     ax.set_ylabel("final mean accuracy (%)")
-    ax.legend(fontsize=8)
-    fig.suptitle("Leaderboard runs: final accuracy against the learner-sampler K3 (one point "
-                 "per run)", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    print(f"wrote {out}")
+    finish(fig, [ax], out, "Leaderboard runs: final accuracy against the learner-sampler K3 (one "
+                           "point per run)")
 
 
 def direction_arm(run: dict) -> tuple:
-    """(band, direction) of a run of the direction ablation (configs/sweep_direction_toy.yaml)."""
+    """((mis_low, mis_high), direction) of a run of the direction ablation
+    (configs/sweep_direction_toy.yaml)."""
     hp = run["cfg"]["loss_args"]
-    return f"[{hp['mis_low']:g}, {hp['mis_high']:g}]", hp.get("mis_direction", "both")
+    return (hp["mis_low"], hp["mis_high"]), hp.get("mis_direction", "both")
 
 
 def direction(root: str, out: str, **_) -> None:
@@ -653,16 +653,15 @@ def direction(root: str, out: str, **_) -> None:
     runs = load_runs(root)
     final = defaultdict(dict)  # (band, direction, delay) -> {seed: final}
     for r in runs:
-        key = eval_key(r["rows"], "mean@", average=True)
-        final[(*direction_arm(r), r["delay"])][r["seed"]] = series(r["rows"], key)[1][-1]
-    width = lambda band: float(band[1:-1].split(",")[1]) - float(band[1:-1].split(",")[0])
-    bands = sorted({b for b, _, _ in final}, key=lambda band: -width(band))  # wide first
+        final[(*direction_arm(r), r["delay"])][r["seed"]] = final_mean(r)
+    bands = sorted({b for b, _, _ in final}, key=lambda band: band[0] - band[1])  # wide first
     delays = sorted({d for _, _, d in final})
     fig, axes = plt.subplots(1, len(bands), figsize=(5.5 * len(bands), 4), squeeze=False)
     lines = ["| band | mis_direction | " + " | ".join(f"N={d}" for d in delays) + " |",
              "| --- | --- |" + " --- |" * len(delays)]
     diffs = []
     for ax, band in zip(axes[0], bands):
+        label = f"[{band[0]:g}, {band[1]:g}]"
         for direction_, style in (("both", "--"), ("harmful", "-")):
             points = [(i, list(final[(band, direction_, d)].values())) for i, d in enumerate(delays)
                       if final.get((band, direction_, d))]
@@ -672,7 +671,7 @@ def direction(root: str, out: str, **_) -> None:
             ax.fill_between(xs, [100 * min(v) for _, v in points], [100 * max(v) for _, v in points],
                             alpha=0.12)
             ax.plot(xs, [100 * mean(v) for _, v in points], style, marker="o", label=direction_)
-            lines.append(f"| {band} | {direction_} | " + " | ".join(
+            lines.append(f"| {label} | {direction_} | " + " | ".join(
                 fmt(list(final[(band, direction_, d)].values())) if final.get((band, direction_, d))
                 else "" for d in delays) + " |")
         cells = []
@@ -681,8 +680,8 @@ def direction(root: str, out: str, **_) -> None:
             paired = [harm[k] - both[k] for k in sorted(set(both) & set(harm))]
             cells.append(f"{pm(*t_interval(paired))} ({len(paired)} seed{'s' if len(paired) > 1 else ''})"
                          if paired else "")
-        diffs.append(f"| {band} | harmful - both, paired (95% t) | " + " | ".join(cells) + " |")
-        ax.set_title(f"token MIS, band {band}")
+        diffs.append(f"| {label} | harmful - both, paired (95% t) | " + " | ".join(cells) + " |")
+        ax.set_title(f"token MIS, band {label}")
         ax.set_xticks(range(len(delays)), [str(d) for d in delays])
         ax.set_xlabel("synchronization delay N")
         ax.set_ylabel("final mean accuracy (%)")
