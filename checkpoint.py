@@ -516,4 +516,24 @@ def record_session(out_dir: str, start_update: int, matmul: str, sampler: str) -
             sessions = [s for s in json.load(f)["sessions"] if s["start_update"] < start_update]
     session = session_info(start_update, matmul, sampler)
     write_atomic(path, json.dumps({"sessions": sessions + [session]}, indent=1) + "\n")
+    changed = rounding_changes(sessions[-1], session) if sessions else []
+    if changed:
+        print(f"warning: {out_dir} resumes on another rounding path than its last session "
+              f"(from update {sessions[-1]['start_update']}): " + "; ".join(changed) + ". From "
+              f"here it will not equal the run made without a break to the digit, only within "
+              f"the seed spread (docs/runs.md); resume it with what it had for an exact run",
+              file=sys.stderr)
     return session
+
+
+def rounding_changes(before: dict, now: dict) -> list:
+    """What differs between two sessions (run_info.json) in what sets a CPU run's rounding:
+    torch's thread count, the processor's kernel instruction sets, the learner's matmul
+    backend, the sampler, the torch / vLLM / transformers versions; as "name: before -> now"."""
+    def fields(s):
+        return {"torch threads": s["torch_threads"], "instruction sets": s["cpu"]["isa"],
+                "torch CPU capability": s["cpu"]["torch_capability"], "matmul": s["matmul"],
+                "sampler": s["sampler"], "gpu": s["gpu"],
+                **{k: s["versions"][k] for k in ("torch", "vllm", "transformers")}}
+    a, b = fields(before), fields(now)
+    return [f"{k}: {a[k]} -> {b[k]}" for k in a if a[k] != b[k]]

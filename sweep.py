@@ -321,8 +321,9 @@ def plan_jobs(jobs: str, runs: int, cfg: dict, cores_per_job: int = None) -> tup
     core; 8 cores: 8 jobs (20 GiB); 16: 16 (40 GiB); 64: 64 if 160 GiB are free, else fewer.
     On a GPU host (the learner would take a GPU) auto is one job per GPU, each with its own GPU
     and an equal share of the cores (one GPU: one job, not pinned).
-    A number N: N jobs (at most the runs to do) of --cores-per-job cores, or of an equal share
-    of the cores; one job is then not pinned: every core, as train.py alone would have.
+    A number N: N jobs (at most the runs to do) of --cores-per-job cores, or of an equal 1/N
+    share of the cores, the same share however few runs are left; --jobs 1 without
+    --cores-per-job is one job, not pinned: every core, as train.py alone would have.
     """
     gpus = []
     if cfg["device"] != "cpu":
@@ -345,16 +346,18 @@ def plan_jobs(jobs: str, runs: int, cfg: dict, cores_per_job: int = None) -> tup
                + (f"; {free:.0f} GiB free, {per_job:.1f} per job" if free is not None else ""))
     else:
         n, why = int(jobs), f"--jobs {jobs}"
-    n = max(1, min(n, runs))
-    if gpus and n > len(gpus):
-        raise ValueError(f"--jobs {jobs}: {n} jobs on {len(gpus)} GPU(s); each job needs its "
-                         f"own GPU")
+    if gpus and min(n, runs) > len(gpus):
+        raise ValueError(f"--jobs {jobs}: {min(n, runs)} jobs on {len(gpus)} GPU(s); each job "
+                         f"needs its own GPU")
     if cores_per_job is None and n == 1:
         return [{"cores": None, "gpu": None}], why + f" -> 1 job, not pinned ({len(cores)} cores)"
+    # the share of the jobs asked for, not of the runs left: the last run, or a run resumed
+    # alone, keeps the thread count (the rounding path) it had among the others
     cores_per_job = cores_per_job or len(cores) // n
     if not 1 <= n * cores_per_job <= len(cores):
         raise ValueError(f"--jobs {jobs}: {n} job(s) of {cores_per_job or 1} core(s) need more than "
                          f"the {len(cores)} cores here; each job needs cores of its own")
+    n = max(1, min(n, runs))
     plan = [{"cores": cores[i * cores_per_job:(i + 1) * cores_per_job],
              "gpu": gpus[i] if gpus else None} for i in range(n)]
     return plan, why + f" -> {n} job(s) of {cores_per_job} core(s)" + (", 1 GPU each" if gpus else "")
@@ -463,7 +466,10 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
     log_of = lambda i: os.path.join(todo[i][1], "train.log")
     waiting = collections.deque(range(len(todo)))
     done, failed, stopped = [], {}, {}
-    first_update = {i: logged_update(todo[i][1]) for i in range(len(todo))}
+    def resume_point(out_dir):  # where train.py resumes: the last checkpoint, not the last logged row
+        ckpt = checkpoint.latest_checkpoint(out_dir)
+        return checkpoint.ckpt_update(ckpt) if ckpt else 0
+    first_update = {i: resume_point(todo[i][1]) for i in range(len(todo))}
     started_at, t0 = {}, time.time()
     selector = selectors.DefaultSelector()
     stop = {"signal": None}
@@ -544,7 +550,7 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
                         worker.run_started = True
                         started_at[i] = time.time()
                         say(f"{worker.name}: start {name(i)} ({len(started_at)}/{len(todo)})"
-                            + (f", resuming at update {first_update[i]}" if first_update[i] else ""))
+                            + (f", resuming from its checkpoint at update {first_update[i]}" if first_update[i] else ""))
                     elif event["event"] == "done":
                         done.append(i)
                         worker.run = None

@@ -52,6 +52,21 @@ def test_a_resumed_run_adds_its_session_and_drops_those_whose_rows_were_dropped(
     assert [s["start_update"] for s in sessions(out)] == [0]
 
 
+def test_a_resume_on_another_rounding_path_is_said(tmp_path, monkeypatch, capsys):
+    """A run resumed with another thread count (or backend, or library) cannot equal the run
+    made without a break: the resume says so, naming what changed; the same setting says nothing."""
+    out = str(tmp_path)
+    checkpoint.record_session(out, 0, "onednn", "vllm")
+    checkpoint.record_session(out, 10, "onednn", "vllm")
+    assert "warning" not in capsys.readouterr().err
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 99)
+    checkpoint.record_session(out, 20, "torch", "vllm")
+    err = capsys.readouterr().err
+    assert "another rounding path" in err and "from update 10" in err
+    assert "torch threads: " in err and "-> 99" in err and "matmul: onednn -> torch" in err
+    assert "sampler" not in err
+
+
 def test_no_git_checkout_is_said_not_an_error(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "HERE", str(tmp_path))
     got = checkpoint.git_info()

@@ -89,6 +89,9 @@ def test_auto_plan_by_cores_memory_and_gpus(monkeypatch):
     assert [p["cores"] for p in plan(64, 500, runs=3)] == [[0], [1], [2]]  # still 1 core each
     assert plan(16, 64, jobs="1") == [{"cores": None, "gpu": None}]  # one job: not pinned
     assert [p["cores"] for p in plan(16, 64, jobs="2")] == [list(range(8)), list(range(8, 16))]
+    # the last run left, or one resumed alone, keeps the share (the thread count) it had
+    assert [p["cores"] for p in plan(16, 64, jobs="2", runs=1)] == [list(range(8))]
+    assert [p["cores"] for p in plan(2, 20, jobs="2", runs=1)] == [[0]]
     assert [p["cores"] for p in plan(16, 64, jobs="1", cores_per_job=1)] == [[0]]
     with pytest.raises(ValueError, match="need more than the 2 cores"):
         plan(2, 20, jobs="3")
