@@ -520,8 +520,8 @@ def record_session(out_dir: str, start_update: int, matmul: str, sampler: str) -
     if changed:
         print(f"warning: {out_dir} resumes on another rounding path than its last session "
               f"(from update {sessions[-1]['start_update']}): " + "; ".join(changed) + ". From "
-              f"here it will not equal the run made without a break to the digit, only within "
-              f"the seed spread (docs/runs.md); resume it with what it had for an exact run",
+              "here it will not equal the run made without a break to the digit, only within "
+              "the seed spread (docs/runs.md); resume it with what it had for an exact run",
               file=sys.stderr)
     return session
 
