@@ -529,7 +529,8 @@ def record_session(out_dir: str, start_update: int, matmul: str, sampler: str) -
 def rounding_changes(before: dict, now: dict) -> list:
     """What differs between two sessions (run_info.json) in what sets a CPU run's rounding:
     torch's thread count, the processor's kernel instruction sets, the learner's matmul
-    backend, the sampler, the torch / vLLM / transformers versions; as "name: before -> now"."""
+    backend, the sampler, the GPU, the torch / vLLM / transformers versions; as
+    "name: before -> now"."""
     def fields(s):
         return {"torch threads": s["torch_threads"], "instruction sets": s["cpu"]["isa"],
                 "torch CPU capability": s["cpu"]["torch_capability"], "matmul": s["matmul"],

@@ -346,9 +346,10 @@ def plan_jobs(jobs: str, runs: int, cfg: dict, cores_per_job: int = None) -> tup
                + (f"; {free:.0f} GiB free, {per_job:.1f} per job" if free is not None else ""))
     else:
         n, why = int(jobs), f"--jobs {jobs}"
-    if gpus and min(n, runs) > len(gpus):
-        raise ValueError(f"--jobs {jobs}: {min(n, runs)} jobs on {len(gpus)} GPU(s); each job "
-                         f"needs its own GPU")
+    workers = max(1, min(n, runs))  # no more workers than runs, each with the share of n jobs
+    if gpus and workers > len(gpus):
+        raise ValueError(f"--jobs {jobs}: {workers} jobs on {len(gpus)} GPU(s); each job needs "
+                         f"its own GPU")
     if cores_per_job is None and n == 1:
         return [{"cores": None, "gpu": None}], why + f" -> 1 job, not pinned ({len(cores)} cores)"
     # the share of the jobs asked for, not of the runs left: the last run, or a run resumed
@@ -357,10 +358,9 @@ def plan_jobs(jobs: str, runs: int, cfg: dict, cores_per_job: int = None) -> tup
     if not 1 <= n * cores_per_job <= len(cores):
         raise ValueError(f"--jobs {jobs}: {n} job(s) of {cores_per_job or 1} core(s) need more than "
                          f"the {len(cores)} cores here; each job needs cores of its own")
-    n = max(1, min(n, runs))
     plan = [{"cores": cores[i * cores_per_job:(i + 1) * cores_per_job],
-             "gpu": gpus[i] if gpus else None} for i in range(n)]
-    return plan, why + f" -> {n} job(s) of {cores_per_job} core(s)" + (", 1 GPU each" if gpus else "")
+             "gpu": gpus[i] if gpus else None} for i in range(workers)]
+    return plan, why + f" -> {workers} job(s) of {cores_per_job} core(s)" + (", 1 GPU each" if gpus else "")
 
 
 def model_files_gib(model: str) -> float:
@@ -550,7 +550,8 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
                         worker.run_started = True
                         started_at[i] = time.time()
                         say(f"{worker.name}: start {name(i)} ({len(started_at)}/{len(todo)})"
-                            + (f", resuming from its checkpoint at update {first_update[i]}" if first_update[i] else ""))
+                            + (f", resuming from its checkpoint at update {first_update[i]}"
+                               if first_update[i] else ""))
                     elif event["event"] == "done":
                         done.append(i)
                         worker.run = None
