@@ -164,7 +164,7 @@ def validate(cfg: dict) -> None:
 # share and CUDA graphs only up to float rounding; they are here so that a run that ran out of
 # memory can continue with smaller pieces, and one made on a CPU can continue on another).
 # vllm.max_model_len is not among them: it bounds what a response can be.
-RESUMABLE_CHANGES = ("updates", "resume", "ckpt_every", "keep_checkpoints", "max_consecutive_skips",
+RESUMABLE_CHANGES = ("out_dir", "updates", "resume", "ckpt_every", "keep_checkpoints", "max_consecutive_skips",
                      "build_toy_model", "vllm.gpu_memory_utilization", "vllm.enforce_eager",
                      "micro_batch_size", "logits_chunk_mib", "gradient_checkpointing",
                      "cpu_matmul", "log_to", "wandb")

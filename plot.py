@@ -579,10 +579,10 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
 
     fig, ax = plt.subplots(figsize=(10, 5.5))
     at = f"N={at_delay}"
-    lines = ["| method | staleness score (95% t) | vs GRPO+TIS, paired (95% t) | seeds | "
+    lines = ["| method | staleness score (95% t) | vs GRPO+TIS, paired (95% t) | seeds | runs | "
              + " | ".join(f"N={d}" for d in delays) + " | "
              + " | ".join(f"{title} at {at}" for _, _, title in LEADERBOARD_AT) + " |",
-             "| --- |" + " --- |" * (3 + len(delays) + len(LEADERBOARD_AT))]
+             "| --- |" + " --- |" * (4 + len(delays) + len(LEADERBOARD_AT))]
     base = scores.get("grpo_tis", {})
     for name in sorted(order, key=rank):
         label, color, style = method_style(name, order)
@@ -599,12 +599,14 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
         for key, scale, _ in LEADERBOARD_AT:
             values = [last_fraction(r["rows"], key) for r in groups.get((name, at_delay), [])]
             diag.append(fmt(values, scale) if values and None not in values else "")
-        lines.append(f"| {label} | {score} | {diff} | {len(scores[name])} | "
+        n_runs = sum(len(cells[name][d]) for d in delays)
+        lines.append(f"| {label} | {score} | {diff} | {len(scores[name])} | {n_runs} | "
                      + " | ".join(fmt(list(cells[name][d].values())) if cells[name][d] else ""
                                   for d in delays) + " | " + " | ".join(diag) + " |")
     lines += ["", f"Staleness score: mean final mean@k over N = {', '.join(map(str, STALE_DELAYS))}; "
-              "'seeds' counts the seeds that have all of them (the score's sample); cells are "
-              "mean (min-max) over seeds, in %."]
+              "'seeds' counts the seeds that have all of them (the score's sample), 'runs' every "
+              "run the row has (any N, any seed); cells are mean (min-max) over seeds, in %, "
+              "one value where one seed is in."]
     ax.set_xticks(range(len(delays)), [str(d) for d in delays])
     ax.set_xlabel("synchronization delay N")
     ax.set_ylabel("final mean accuracy (%)")

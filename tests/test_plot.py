@@ -128,14 +128,14 @@ def test_leaderboard_ranks_by_staleness_score_with_intervals(tmp_path):
     plot.main(["leaderboard", str(runs), "--out", out])
     assert os.path.getsize(out) > 10_000 and os.path.getsize(str(tmp_path / "leaderboard_k3.png")) > 10_000
     table = _table(out)
-    assert ("| method | staleness score (95% t) | vs GRPO+TIS, paired (95% t) | seeds | N=0 | N=8 | N=32 | "
+    assert ("| method | staleness score (95% t) | vs GRPO+TIS, paired (95% t) | seeds | runs | N=0 | N=8 | N=32 | "
             "N=128 | K3 x1e-3 at N=32 | is_chi2_token at N=32 | is_masked_frac (%) at N=32 |") in table
-    assert "| PPO vs sampler (GRPO, behavior anchor) | 50.0 | 20.0 | 1 |  | 50.0 | 50.0 | 50.0 | 10 | 0.3 |  |" in table
-    assert ("| M2PO | 43.0 ± 7.5 | 11.0 ± 2.5 | 3 |  | 53.0 (50.0-56.0) | 44.0 (40.0-48.0) | 32.0 (30.0-34.0) | "
+    assert "| PPO vs sampler (GRPO, behavior anchor) | 50.0 | 20.0 | 1 | 3 |  | 50.0 | 50.0 | 50.0 | 10 | 0.3 |  |" in table
+    assert ("| M2PO | 43.0 ± 7.5 | 11.0 ± 2.5 | 3 | 9 |  | 53.0 (50.0-56.0) | 44.0 (40.0-48.0) | 32.0 (30.0-34.0) | "
             "20 (20-20) | 0.5 (0.5-0.5) | 35.0 (25.0-45.0) |") in table
-    assert ("| GRPO+TIS | 32.0 ± 5.0 |  | 3 | 50.0 (50.0-50.0) | 42.0 (40.0-44.0) | 33.0 (30.0-36.0) | "
+    assert ("| GRPO+TIS | 32.0 ± 5.0 |  | 3 | 12 | 50.0 (50.0-50.0) | 42.0 (40.0-44.0) | 33.0 (30.0-36.0) | "
             "21.0 (20.0-22.0) | 10 (10-10) | 0.2 (0.2-0.2) |  |") in table
-    assert "| GRPO |  |  | 0 |  | 90.0 | 90.0 |  | 10 | 0.2 |  |" in table
+    assert "| GRPO |  |  | 0 | 2 |  | 90.0 | 90.0 |  | 10 | 0.2 |  |" in table
     rows = [l.split(" |")[0] for l in table.splitlines() if l.startswith("| ") and "---" not in l][1:]
     assert rows == ["| PPO vs sampler (GRPO, behavior anchor)", "| M2PO", "| GRPO+TIS", "| GRPO"]
 

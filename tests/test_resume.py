@@ -406,10 +406,10 @@ def truncate(path, keep_fraction=0.5):
 
 
 def test_damaged_latest_checkpoint_resumes_from_the_one_before_exactly(tmp_path, sampler, capsys):
-    """SIGTERM during update 4 (checkpoints 2 and 4 kept), then the latest's state.pt truncated:
-    resume=true says so in one line, resumes from checkpoint 2 (dropping updates 3-4 and the
-    update-3 evaluation from the logs, refilling the delay queue from its state) and ends equal
-    to the run never stopped, eval records included."""
+    """SIGTERM during update 4 (checkpoints 2 and 4 kept), then the latest's state.pt truncated
+    and the run folder moved: resume=true in its new place says so in one line, resumes from
+    checkpoint 2 (dropping updates 3-4 and the update-3 evaluation from the logs, refilling the
+    delay queue from its state) and ends equal to the run never stopped, eval records included."""
     kw = dict(delay=2, updates=6, lr=1e-3, ckpt_every=2, eval_every=3, eval_toy_size=8, eval_n=2)
     calls, learn = {"n": 0}, train.learn
 
@@ -425,11 +425,13 @@ def test_damaged_latest_checkpoint_resumes_from_the_one_before_exactly(tmp_path,
         train.train(cfg, sampler=sampler)
     finally:
         train.learn = learn
-    run = tmp_path / "run"
-    assert sorted(n for n in os.listdir(run) if n.startswith("ckpt-")) == ["ckpt-000002", "ckpt-000004"]
-    truncate(run / "ckpt-000004" / "state.pt")
+    assert sorted(n for n in os.listdir(tmp_path / "run") if n.startswith("ckpt-")) == \
+        ["ckpt-000002", "ckpt-000004"]
+    truncate(tmp_path / "run" / "ckpt-000004" / "state.pt")
+    run = tmp_path / "moved"  # out_dir may change on resume: a run folder can be moved or renamed
+    os.rename(tmp_path / "run", run)
     capsys.readouterr()
-    rows = train.train({**cfg, "resume": True}, sampler=sampler)
+    rows = train.train({**cfg, "out_dir": str(run), "resume": True}, sampler=sampler)
     err = capsys.readouterr().err
     assert f"checkpoint {run}/ckpt-000004 is damaged (state.pt has " in err
     assert "its manifest says" in err and f"resuming from {run}/ckpt-000002 instead" in err
