@@ -105,6 +105,14 @@ def set_aside(path: str, why: str, older: str) -> None:
           f"now {os.path.basename(path)}.damaged, deleted at the next checkpoint)", file=sys.stderr)
 
 
+def resume_update(out_dir: str) -> int:
+    """The update a resume would start from, as far as sizes tell without moving anything: that
+    of the newest checkpoint with its manifest's sizes, 0 when none (what `sweep.py` announces;
+    train.py also reads the files, and may go back further)."""
+    ckpt = next((path for path in checkpoints(out_dir) if damage(path) is None), None)
+    return ckpt_update(ckpt) if ckpt else 0
+
+
 def usable_checkpoint(out_dir: str):
     """The newest checkpoint of out_dir whose files have their manifest's sizes, or None when
     out_dir holds none. Damaged newer ones are set aside, each with a one-line message; when

@@ -466,10 +466,8 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
     log_of = lambda i: os.path.join(todo[i][1], "train.log")
     waiting = collections.deque(range(len(todo)))
     done, failed, stopped = [], {}, {}
-    def resume_point(out_dir):  # where train.py resumes: the last checkpoint, not the last logged row
-        ckpt = checkpoint.latest_checkpoint(out_dir)
-        return checkpoint.ckpt_update(ckpt) if ckpt else 0
-    first_update = {i: resume_point(todo[i][1]) for i in range(len(todo))}
+    # where train.py resumes: the newest undamaged checkpoint, not the last logged row
+    first_update = {i: checkpoint.resume_update(todo[i][1]) for i in range(len(todo))}
     started_at, t0 = {}, time.time()
     selector = selectors.DefaultSelector()
     stop = {"signal": None}

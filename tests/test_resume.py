@@ -445,7 +445,8 @@ def test_damaged_latest_checkpoint_resumes_from_the_one_before_exactly(tmp_path,
 
 def test_checkpoint_damage_is_found_by_size_or_by_reading(tmp_path, capsys):
     """A truncated file (size not the manifest's) and an unreadable one of the right size are
-    each skipped for the checkpoint before; with none usable, one line names every file."""
+    each skipped for the checkpoint before (resume_update sees the first without moving it);
+    with none usable, one line names every file."""
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
@@ -461,6 +462,8 @@ def test_checkpoint_damage_is_found_by_size_or_by_reading(tmp_path, capsys):
         n: os.path.getsize(tmp_path / "ckpt-000003" / n) for n in ("learner.pt", "optimizer.pt", "state.pt")}
 
     truncate(tmp_path / "ckpt-000003" / "learner.pt")
+    assert checkpoint.resume_update(out) == 2  # what the sweep announces, moving nothing
+    assert sorted(os.listdir(out)) == ["ckpt-000002", "ckpt-000003"]
     assert checkpoint.usable_checkpoint(out) == os.path.join(out, "ckpt-000002")
     assert "ckpt-000003 is damaged (learner.pt has " in capsys.readouterr().err
     assert sorted(os.listdir(out)) == ["ckpt-000002", "ckpt-000003.damaged"]
