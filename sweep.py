@@ -21,6 +21,8 @@ A sweep file names a base config, a grid and an output root:
 
 Each run goes to <out_root>/<loss>_N<delay>_s<seed>, followed by _<name>-<value> for every other
 grid key (name: the last part of a dotted key), e.g. ggpo_N8_s0_beta-0.1_ref_refresh_every-25.
+Runs go seed by seed (every run of the first seed, then the second, ...), so a grid stopped part
+way has whole seeds.
 A run whose metrics.jsonl already reaches `updates` is skipped, an unfinished one resumes from
 its last checkpoint. With `results: results/<name>` in the sweep file, every finished run also
 keeps its compact results there (keep_results: config, metrics, the final evaluation's
@@ -78,7 +80,10 @@ SWEEP_KEYS = {"config", "out_root", "results", "grid", "only", "per_loss", "over
 
 
 def expand(sweep: dict) -> list:
-    """[(out_dir, overrides list)] for every run of the grid, in a fixed order."""
+    """[(out_dir, overrides list)] for every run of the grid, in a fixed order: seed by seed
+    (every run of the grid's first seed, then of its second, ...), each seed's runs by objective,
+    then N, so that a grid stopped part way has every objective at its first seed before any
+    at a second."""
     unknown = sorted(set(sweep) - SWEEP_KEYS)
     if unknown:
         raise ValueError(f"unknown sweep file key(s) {unknown}; known: {sorted(SWEEP_KEYS)}")
@@ -110,8 +115,8 @@ def expand(sweep: dict) -> list:
                          **dict(named)}
                 overrides = [f"loss={loss}", f"delay={delay}", f"seed={seed}", f"out_dir={out_dir}"]
                 overrides += [f"{k}={json.dumps(v)}" for k, v in extra.items()]
-                runs.append((out_dir, overrides))
-    return runs
+                runs.append((grid["seed"].index(seed), out_dir, overrides))
+    return [(out_dir, overrides) for _, out_dir, overrides in sorted(runs, key=lambda r: r[0])]
 
 
 def engine_key(cfg: dict) -> str:
