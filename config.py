@@ -162,12 +162,13 @@ def validate(cfg: dict) -> None:
 # Keys that may change when a run is resumed: they do not change what the run computes
 # (micro_batch_size, logits_chunk_mib, gradient_checkpointing, cpu_matmul and the engine's memory
 # share and CUDA graphs only up to float rounding; they are here so that a run that ran out of
-# memory can continue with smaller pieces, and one made on a CPU can continue on another).
+# memory can continue with smaller pieces, and one made on a CPU can continue on another; out_dir,
+# so that a run folder can be moved or renamed and resumed there).
 # vllm.max_model_len is not among them: it bounds what a response can be.
-RESUMABLE_CHANGES = ("out_dir", "updates", "resume", "ckpt_every", "keep_checkpoints", "max_consecutive_skips",
-                     "build_toy_model", "vllm.gpu_memory_utilization", "vllm.enforce_eager",
-                     "micro_batch_size", "logits_chunk_mib", "gradient_checkpointing",
-                     "cpu_matmul", "log_to", "wandb")
+RESUMABLE_CHANGES = ("out_dir", "updates", "resume", "ckpt_every", "keep_checkpoints",
+                     "max_consecutive_skips", "build_toy_model", "vllm.gpu_memory_utilization",
+                     "vllm.enforce_eager", "micro_batch_size", "logits_chunk_mib",
+                     "gradient_checkpointing", "cpu_matmul", "log_to", "wandb")
 
 
 def config_differences(old: dict, new: dict) -> list:
