@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard direction tables test setup clean
+.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard direction processors tables test setup clean
 
 setup: .venv/ready
 
@@ -86,13 +86,21 @@ direction: .venv/ready
 	$(PY) sweep.py configs/sweep_direction_toy.yaml --jobs auto
 	$(MAKE) tables
 
+# The same nine leaderboard runs made again on this machine, against the kept ones: how far a cell
+# moves between processor kinds alone (docs/leaderboard.md).
+processors: .venv/ready
+	$(PY) sweep.py configs/sweep_processor_toy.yaml --jobs auto
+	$(MAKE) tables
+
 # Every table and figure of the kept results (results/), remade from them: the leaderboard v2
-# (figures/leaderboard_v2_toy.png, .md, and _k3.png) and the direction ablation
-# (figures/direction_toy.png, .md). The same bytes on the same library versions: on a fresh
+# (figures/leaderboard_v2_toy.png, .md, and _k3.png), the direction ablation
+# (figures/direction_toy.png, .md) and the same runs on two processors (figures/processor_toy.png,
+# .md: configs/sweep_processor_toy.yaml against the leaderboard). The same bytes on the same library versions: on a fresh
 # clone, git status stays clean.
 tables: .venv/ready
 	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v2_toy.png
 	test ! -d results/direction_toy || $(PY) plot.py direction results/direction_toy --out figures/direction_toy.png
+	test ! -d results/processor_toy || $(PY) plot.py processors results/processor_toy --against results/leaderboard_toy --out figures/processor_toy.png
 
 # Every toy figure (finished runs are skipped).
 figs: demo fig3 fig4 fig8 fig10

@@ -12,6 +12,8 @@
     python plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v2_toy.png  # every objective vs N
     python plot.py numerics runs/numerics_toy --out figures/numerics_toy.png  # engine vs learner precision
     python plot.py direction results/direction_toy --out figures/direction_toy.png  # the direction ablation
+    python plot.py processors results/processor_toy --against results/leaderboard_toy \
+        --out figures/processor_toy.png  # the same runs on two processors
 
 A run folder holds config.yaml and metrics.jsonl (train.py writes them; sweep.py lays folders out
 as <loss>_N<delay>_s<seed>[_<key>-<value>...]); a folder of kept results (results/<sweep>/<run>,
@@ -726,9 +728,71 @@ def numerics(root: str, out: str, window: int = 20, **_) -> None:
                               f"({seeds_note(runs)})", lines, runs)
 
 
+def same_rewards_through(a: dict, b: dict) -> int:
+    """The last update through which runs a and b logged the same training reward at every
+    update: up to there they drew the same rewards (in practice the same tokens), after it their
+    trajectories part."""
+    rewards = lambda run: {row["update"]: row["reward_mean"] for row in run["rows"] if "reward_mean" in row}
+    ra, rb = rewards(a), rewards(b)
+    common = sorted(set(ra) & set(rb))
+    return next((u - 1 for u in common if ra[u] != rb[u]), common[-1] if common else 0)
+
+
+def processors(root: str, out: str, against: str = None, **_) -> None:
+    """The same runs on two processors (configs/sweep_processor_toy.yaml): each run in root
+    against the run of the same name in `against` (e.g. the leaderboard's kept results, made on
+    another machine), whose configs must agree but for out_dir. Table, one row per pair: the two
+    processor kinds, each run's final mean@k and the difference, and the last update through
+    which both drew the same training rewards; a last row: mean and max |difference|. The
+    figure: final accuracy of one against the other, with the diagonal."""
+    if not against:
+        raise ValueError("plot.py processors needs --against: the folder of the same runs made "
+                         "on the other machine")
+    reference = {r["name"]: r for r in load_runs(against)}
+    pairs = [(reference[r["name"]], r) for r in load_runs(root) if r["name"] in reference]
+    if not pairs:
+        raise ValueError(f"no run in {root} has a run of the same name in {against}")
+    def flat(cfg, prefix=""):  # {"loss_args.tis_cap": 2.0, ...}
+        items = {}
+        for key, value in cfg.items():
+            items.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+        return items
+
+    for ref, rerun in pairs:  # a key only one has came with later code, at a default that changes nothing
+        fa, fb = flat(ref["cfg"]), flat(rerun["cfg"])
+        differ = sorted(k for k in set(fa) & set(fb) if k != "out_dir" and fa[k] != fb[k])
+        if differ:
+            raise ValueError(f"{rerun['name']}: its config differs from {against}'s in {differ}: "
+                             f"not the same run")
+    kind = lambda run: " + ".join(sorted({processor_kind(s) for s in run["sessions"]})) or "unknown machine"
+    a, b = (os.path.basename(os.path.normpath(folder)) for folder in (against, root))
+    lines = [f"| run | processor ({a}) | processor ({b}) | final mean@k ({a}) | final ({b}) | "
+             f"{b} - {a} | same training rewards through update |",
+             "| --- |" + " --- |" * 6]
+    diffs = []
+    for ref, rerun in pairs:
+        diffs.append(final_mean(rerun) - final_mean(ref))
+        lines.append(f"| {rerun['name']} | {kind(ref)} | {kind(rerun)} | {100 * final_mean(ref):.1f} | "
+                     f"{100 * final_mean(rerun):.1f} | {100 * diffs[-1]:+.1f} | "
+                     f"{same_rewards_through(ref, rerun)} of {rerun['cfg']['updates']} |")
+    lines.append(f"| mean (max) abs difference, {len(pairs)} runs | | | | | "
+                 f"{100 * mean([abs(d) for d in diffs]):.1f} ({100 * max(abs(d) for d in diffs):.1f}) | |")
+    fig, axes = plt.subplots(1, 1, figsize=(5, 5), squeeze=False)
+    ax = axes[0][0]
+    xs, ys = [100 * final_mean(a) for a, _ in pairs], [100 * final_mean(b) for _, b in pairs]
+    ax.plot([0, 100], [0, 100], ":", color="gray", label="the same number")
+    ax.scatter(xs, ys, label="one run on each processor")
+    for (_, rerun), x, y in zip(pairs, xs, ys):
+        ax.annotate(rerun["name"], (x, y), fontsize=7)
+    ax.set_xlabel(f"final mean accuracy (%), {kind(pairs[0][0])}")
+    ax.set_ylabel(f"final mean accuracy (%), {kind(pairs[0][1])}")
+    finish(fig, axes[0], out, f"The same runs on two processors ({len(pairs)} runs)", lines,
+           [r for pair in pairs for r in pair])
+
+
 FIGURES = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7,
            "fig8": fig8, "fig9": fig9, "fig10": fig10, "leaderboard": leaderboard,
-           "numerics": numerics, "direction": direction}
+           "numerics": numerics, "direction": direction, "processors": processors}
 
 
 def main(argv=None) -> None:
@@ -741,13 +805,15 @@ def main(argv=None) -> None:
                         help="figs. 1 and 5: the N to show (default 8); leaderboard: the N of its "
                              "diagnostics columns (default 32)")
     parser.add_argument("--window", type=int, default=20, help="moving average of per-update metrics")
+    parser.add_argument("--against", help="processors: the folder of the same runs made on another "
+                                          "machine (the runs of root are matched to them by name)")
     args = parser.parse_args(argv)
     args.out = args.out or os.path.join(FIGURES_DIR, f"{args.figure}.png")
     if args.figure == "leaderboard":
         leaderboard(args.root, args.out, at_delay=32 if args.delay is None else args.delay)
         return
     FIGURES[args.figure](args.root, args.out, delay=8 if args.delay is None else args.delay,
-                         window=args.window)
+                         window=args.window, against=args.against)
 
 
 if __name__ == "__main__":

@@ -162,6 +162,40 @@ def test_direction_ablation_table(tmp_path):
     assert table.index("[0, 5] | both") < table.index("[0.8, 1.2] | both")  # the published band first
 
 
+def test_processors_table_pairs_runs_by_name(tmp_path):
+    """plot.py processors: each run against the run of the same name in --against; final
+    mean@k on each and the difference; the last update with the same training rewards (here the
+    rerun's reward parts from update 6 on, so 5); mean and max |difference|; a run only one
+    folder has is left out, and a config that differs is refused."""
+    ref, rerun = tmp_path / "leaderboard", tmp_path / "rerun"
+    for loss, final in (("grpo_tis", 0.2), ("gspo", 0.5)):
+        _run(ref, final, loss, 8, 0)
+        _session(ref / f"{loss}_N8_s0")
+    _run(ref, 0.4, "ggpo", 8, 0)  # in one folder only
+    _run(rerun, 0.25, "grpo_tis", 8, 0)
+    _run(rerun, 0.45, "gspo", 8, 0)
+    _session(rerun / "grpo_tis_N8_s0", isa=("avx2", "avx512f"))
+    _session(rerun / "gspo_N8_s0", isa=("avx2", "avx512f"))
+    metrics = rerun / "gspo_N8_s0" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for row in rows[6:]:
+        row["reward_mean"] += 0.001
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = str(tmp_path / "processors.png")
+    plot.main(["processors", str(rerun), "--against", str(ref), "--out", out])
+    table = _table(out)
+    for line in ("| gspo_N8_s0 | AMD EPYC (avx2) | AMD EPYC (avx2, avx512f) | 50.0 | 45.0 | -5.0 | 5 of 10 |",
+                 "| grpo_tis_N8_s0 | AMD EPYC (avx2) | AMD EPYC (avx2, avx512f) | 20.0 | 25.0 | +5.0 | 10 of 10 |",
+                 "| mean (max) abs difference, 2 runs | | | | | 5.0 (5.0) | |"):
+        assert line in table, line
+    assert "ggpo" not in table
+    with pytest.raises(ValueError, match="needs --against"):
+        plot.main(["processors", str(rerun), "--out", out])
+    _run(tmp_path / "other", 0.2, "grpo_tis", 8, 0, lr=1e-3)
+    with pytest.raises(ValueError, match=r"grpo_tis_N8_s0: its config differs .* in \['lr'\]"):
+        plot.main(["processors", str(tmp_path / "other"), "--against", str(ref), "--out", out])
+
+
 def test_fig7_fig10_without_clip_frac(tmp_path):
     runs = tmp_path / "runs"
     for seed in (0, 1):

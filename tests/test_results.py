@@ -88,12 +88,15 @@ def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
     with open(os.path.join(ROOT, "Makefile")) as f:
         lines = [l.split("|| ")[1].split() for l in f if "plot.py" in l and " results/" in l]
     assert [(l[2], l[3]) for l in lines] == [("leaderboard", "results/leaderboard_toy"),
-                                            ("direction", "results/direction_toy")]
-    for _, _, figure, results, _, out in lines:
+                                            ("direction", "results/direction_toy"),
+                                            ("processors", "results/processor_toy")]
+    for line in lines:
+        figure, results, out = line[2], line[3], line[line.index("--out") + 1]
         if not os.path.isdir(os.path.join(ROOT, results)):
             continue
         remade = str(tmp_path / os.path.basename(out))
-        plot.main([figure, os.path.join(ROOT, results), "--out", remade])
+        more = [os.path.join(ROOT, a) if a.startswith("results/") else a for a in line[4:line.index("--out")]]
+        plot.main([figure, os.path.join(ROOT, results), *more, "--out", remade])
         committed = os.path.join(ROOT, os.path.splitext(out)[0] + ".md")
         assert open(os.path.splitext(remade)[0] + ".md").read() == open(committed).read(), \
             f"{committed} is not what `make tables` makes from {results}: run make tables"
