@@ -732,8 +732,8 @@ def same_rewards_through(a: dict, b: dict) -> int:
     """The last update through which runs a and b logged the same training reward at every
     update: up to there they drew the same rewards (in practice the same tokens), after it their
     trajectories part."""
-    rewards = lambda run: {row["update"]: row["reward_mean"] for row in run["rows"] if "reward_mean" in row}
-    ra, rb = rewards(a), rewards(b)
+    ra, rb = ({row["update"]: row["reward_mean"] for row in run["rows"] if "reward_mean" in row}
+              for run in (a, b))
     common = sorted(set(ra) & set(rb))
     return next((u - 1 for u in common if ra[u] != rb[u]), common[-1] if common else 0)
 
@@ -752,10 +752,12 @@ def processors(root: str, out: str, against: str = None, **_) -> None:
     pairs = [(reference[r["name"]], r) for r in load_runs(root) if r["name"] in reference]
     if not pairs:
         raise ValueError(f"no run in {root} has a run of the same name in {against}")
+
     def flat(cfg, prefix=""):  # {"loss_args.tis_cap": 2.0, ...}
         items = {}
         for key, value in cfg.items():
-            items.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+            items.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict)
+                         else {f"{prefix}{key}": value})
         return items
 
     for ref, rerun in pairs:  # a key only one has came with later code, at a default that changes nothing
@@ -764,22 +766,26 @@ def processors(root: str, out: str, against: str = None, **_) -> None:
         if differ:
             raise ValueError(f"{rerun['name']}: its config differs from {against}'s in {differ}: "
                              f"not the same run")
-    kind = lambda run: " + ".join(sorted({processor_kind(s) for s in run["sessions"]})) or "unknown machine"
-    a, b = (os.path.basename(os.path.normpath(folder)) for folder in (against, root))
-    lines = [f"| run | processor ({a}) | processor ({b}) | final mean@k ({a}) | final ({b}) | "
-             f"{b} - {a} | same training rewards through update |",
+    kind = lambda run: (" + ".join(sorted({processor_kind(s) for s in run["sessions"]}))
+                        or "unknown machine")
+    ref_name, rerun_name = (os.path.basename(os.path.normpath(folder)) for folder in (against, root))
+    lines = [f"| run | processor ({ref_name}) | processor ({rerun_name}) "
+             f"| final mean@k ({ref_name}) | final ({rerun_name}) | {rerun_name} - {ref_name} "
+             f"| same training rewards through update |",
              "| --- |" + " --- |" * 6]
     diffs = []
     for ref, rerun in pairs:
         diffs.append(final_mean(rerun) - final_mean(ref))
-        lines.append(f"| {rerun['name']} | {kind(ref)} | {kind(rerun)} | {100 * final_mean(ref):.1f} | "
-                     f"{100 * final_mean(rerun):.1f} | {100 * diffs[-1]:+.1f} | "
-                     f"{same_rewards_through(ref, rerun)} of {rerun['cfg']['updates']} |")
+        lines.append(f"| {rerun['name']} | {kind(ref)} | {kind(rerun)} "
+                     f"| {100 * final_mean(ref):.1f} | {100 * final_mean(rerun):.1f} | {100 * diffs[-1]:+.1f} "
+                     f"| {same_rewards_through(ref, rerun)} of {rerun['cfg']['updates']} |")
+    size = [abs(d) for d in diffs]
     lines.append(f"| mean (max) abs difference, {len(pairs)} runs | | | | | "
-                 f"{100 * mean([abs(d) for d in diffs]):.1f} ({100 * max(abs(d) for d in diffs):.1f}) | |")
+                 f"{100 * mean(size):.1f} ({100 * max(size):.1f}) | |")
     fig, axes = plt.subplots(1, 1, figsize=(5, 5), squeeze=False)
     ax = axes[0][0]
-    xs, ys = [100 * final_mean(a) for a, _ in pairs], [100 * final_mean(b) for _, b in pairs]
+    xs = [100 * final_mean(ref) for ref, _ in pairs]
+    ys = [100 * final_mean(rerun) for _, rerun in pairs]
     ax.plot([0, 100], [0, 100], ":", color="gray", label="the same number")
     ax.scatter(xs, ys, label="one run on each processor")
     for (_, rerun), x, y in zip(pairs, xs, ys):
