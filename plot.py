@@ -34,6 +34,7 @@ from collections import defaultdict
 import matplotlib
 import yaml
 
+import config
 import losses
 
 matplotlib.use("Agg")
@@ -752,17 +753,11 @@ def processors(root: str, out: str, against: str = None, **_) -> None:
     pairs = [(reference[r["name"]], r) for r in load_runs(root) if r["name"] in reference]
     if not pairs:
         raise ValueError(f"no run in {root} has a run of the same name in {against}")
-
-    def flat(cfg, prefix=""):  # {"loss_args.tis_cap": 2.0, ...}
-        items = {}
-        for key, value in cfg.items():
-            items.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict)
-                         else {f"{prefix}{key}": value})
-        return items
-
-    for ref, rerun in pairs:  # a key only one has came with later code, at a default that changes nothing
-        fa, fb = flat(ref["cfg"]), flat(rerun["cfg"])
-        differ = sorted(k for k in set(fa) & set(fb) if k != "out_dir" and fa[k] != fb[k])
+    for ref, rerun in pairs:  # each through defaults.yaml, as train.py reads it: a key that later
+        # code added takes its default in both, so a config kept before that key existed compares
+        resolved = [config.load_config(os.path.join(folder, run["name"], "config.yaml"))
+                    for folder, run in ((against, ref), (root, rerun))]
+        differ = sorted(k for k in resolved[0] if k != "out_dir" and resolved[0][k] != resolved[1][k])
         if differ:
             raise ValueError(f"{rerun['name']}: its config differs from {against}'s in {differ}: "
                              f"not the same run")
@@ -773,19 +768,17 @@ def processors(root: str, out: str, against: str = None, **_) -> None:
              f"| final mean@k ({ref_name}) | final ({rerun_name}) | {rerun_name} - {ref_name} "
              f"| same training rewards through update |",
              "| --- |" + " --- |" * 6]
-    diffs = []
-    for ref, rerun in pairs:
-        diffs.append(final_mean(rerun) - final_mean(ref))
-        lines.append(f"| {rerun['name']} | {kind(ref)} | {kind(rerun)} "
-                     f"| {100 * final_mean(ref):.1f} | {100 * final_mean(rerun):.1f} | {100 * diffs[-1]:+.1f} "
-                     f"| {same_rewards_through(ref, rerun)} of {rerun['cfg']['updates']} |")
-    size = [abs(d) for d in diffs]
+    finals = [(final_mean(ref), final_mean(rerun)) for ref, rerun in pairs]
+    for (ref, rerun), (x, y) in zip(pairs, finals):
+        lines.append(f"| {rerun['name']} | {kind(ref)} | {kind(rerun)} | {100 * x:.1f} | {100 * y:.1f} "
+                     f"| {100 * (y - x):+.1f} | {same_rewards_through(ref, rerun)} of "
+                     f"{rerun['cfg']['updates']} |")
+    size = [abs(y - x) for x, y in finals]
     lines.append(f"| mean (max) abs difference, {len(pairs)} runs | | | | | "
                  f"{100 * mean(size):.1f} ({100 * max(size):.1f}) | |")
     fig, axes = plt.subplots(1, 1, figsize=(5, 5), squeeze=False)
     ax = axes[0][0]
-    xs = [100 * final_mean(ref) for ref, _ in pairs]
-    ys = [100 * final_mean(rerun) for _, rerun in pairs]
+    xs, ys = [100 * x for x, _ in finals], [100 * y for _, y in finals]
     ax.plot([0, 100], [0, 100], ":", color="gray", label="the same number")
     ax.scatter(xs, ys, label="one run on each processor")
     for (_, rerun), x, y in zip(pairs, xs, ys):

@@ -95,7 +95,8 @@ def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
         if not os.path.isdir(os.path.join(ROOT, results)):
             continue
         remade = str(tmp_path / os.path.basename(out))
-        more = [os.path.join(ROOT, a) if a.startswith("results/") else a for a in line[4:line.index("--out")]]
+        more = [os.path.join(ROOT, a) if a.startswith("results/") else a
+                for a in line[4:line.index("--out")]]  # processors' --against
         plot.main([figure, os.path.join(ROOT, results), *more, "--out", remade])
         committed = os.path.join(ROOT, os.path.splitext(out)[0] + ".md")
         assert open(os.path.splitext(remade)[0] + ".md").read() == open(committed).read(), \
