@@ -632,9 +632,9 @@ def ranking_view(ranked: list, cells: dict, scores: dict, delays: list, order: l
             have = [v for d in STALE_DELAYS for v in cells[name].get(d, {}).values()]
             if have:
                 ax.scatter([100 * mean(have)], [y], facecolors="none", edgecolors=color)
-    base = [r["rows"][0][eval_key(r["rows"], "mean@", average=True)] for r in runs
-            if r["rows"] and r["rows"][0].get("update") == 0
-            and r["rows"][0].get(eval_key(r["rows"], "mean@", average=True)) is not None]
+    base = {r["seed"]: r["rows"][0].get(eval_key(r["rows"], "mean@", average=True)) for r in runs
+            if r["rows"] and r["rows"][0].get("update") == 0}  # the same weights at every seed;
+    base = [v for v in base.values() if v is not None]  # the evaluation's samples differ by seed
     if base:
         ax.axvline(100 * mean(base), color="gray", linestyle=":", label="base model (update 0)")
     if scores.get("grpo_tis"):
