@@ -86,21 +86,24 @@ direction: .venv/ready
 	$(PY) sweep.py configs/sweep_direction_toy.yaml --jobs auto
 	$(MAKE) tables
 
-# The same nine leaderboard runs made again on this machine, against the kept ones: how far a cell
-# moves between processor kinds alone (docs/leaderboard.md).
+# The same nine leaderboard runs made again, against the kept ones: how far a cell moves between
+# processor kinds alone (docs/leaderboard.md). One sweep file per processor kind measured (an
+# AVX-512 AMD EPYC, an AVX-512 Intel Xeon); a run whose results are kept is skipped.
 processors: .venv/ready
 	$(PY) sweep.py configs/sweep_processor_toy.yaml --jobs auto
+	$(PY) sweep.py configs/sweep_processor_intel_toy.yaml --jobs auto
 	$(MAKE) tables
 
 # Every table and figure of the kept results (results/), remade from them: the leaderboard v2
 # (figures/leaderboard_v2_toy.png, .md, and _k3.png), the direction ablation
-# (figures/direction_toy.png, .md) and the same runs on two processors (figures/processor_toy.png,
-# .md: configs/sweep_processor_toy.yaml against the leaderboard). The same bytes on the same
+# (figures/direction_toy.png, .md) and the same runs on two processors (figures/processor_toy.png
+# and processor_intel_toy.png, .md: configs/sweep_processor*_toy.yaml against the leaderboard). The same bytes on the same
 # library versions: on a fresh clone, git status stays clean.
 tables: .venv/ready
 	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v2_toy.png
 	test ! -d results/direction_toy || $(PY) plot.py direction results/direction_toy --out figures/direction_toy.png
 	test ! -d results/processor_toy || $(PY) plot.py processors results/processor_toy --against results/leaderboard_toy --out figures/processor_toy.png
+	test ! -d results/processor_intel_toy || $(PY) plot.py processors results/processor_intel_toy --against results/leaderboard_toy --out figures/processor_intel_toy.png
 
 # Every toy figure (finished runs are skipped).
 figs: demo fig3 fig4 fig8 fig10

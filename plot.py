@@ -560,8 +560,8 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     mean@k per N as mean (min-max) over seeds; and at N = at_delay K3, is_chi2_token and
     is_masked_frac over the last 10% of updates (blank where an objective does not log one).
     Rows sorted by score; methods without a complete seed last, by their mean over the N they
-    have. The figure: final accuracy against N (min-max band); a second figure
-    (<out>_k3.png): every run's final accuracy against its mean K3 between learner and sampler
+    have. The figure (ranking_view): scores with intervals and seeds, and every cell's mean; a
+    second figure (<out>_k3.png): every run's final accuracy against its mean K3 between learner and sampler
     over its updates, one color per N."""
     runs = load_runs(root)
     groups = defaultdict(list)
@@ -580,21 +580,15 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
         have = [v for d in STALE_DELAYS for v in cells[n].get(d, {}).values()]
         return (1, -mean(have) if have else 0.0)
 
-    fig, ax = plt.subplots(figsize=(10, 5.5))
     at = f"N={at_delay}"
     lines = ["| method | staleness score (95% t) | vs GRPO+TIS, paired (95% t) | seeds | runs | "
              + " | ".join(f"N={d}" for d in delays) + " | "
              + " | ".join(f"{title} at {at}" for _, _, title in LEADERBOARD_AT) + " |",
              "| --- |" + " --- |" * (4 + len(delays) + len(LEADERBOARD_AT))]
     base = scores.get("grpo_tis", {})
-    for name in sorted(order, key=rank):
-        label, color, style = method_style(name, order)
-        points = [(delays.index(d), list(cells[name][d].values())) for d in delays if cells[name][d]]
-        xs = [x for x, _ in points]
-        ax.fill_between(xs, [100 * min(v) for _, v in points], [100 * max(v) for _, v in points],
-                        color=color, alpha=0.1)
-        ax.plot(xs, [100 * mean(v) for _, v in points], linestyle=style, marker="o", color=color,
-                label=label)
+    ranked = sorted(order, key=rank)
+    for name in ranked:
+        label = method_style(name, order)[0]
         score = pm(*t_interval(list(scores[name].values()))) if scores[name] else ""
         paired = [scores[name][k] - base[k] for k in scores[name] if k in base]
         diff = "" if not paired or name == "grpo_tis" else pm(*t_interval(paired))
@@ -610,13 +604,60 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
               "'seeds' counts the seeds that have all of them (the score's sample), 'runs' every "
               "run the row has (any N, any seed); cells are mean (min-max) over seeds, in %, "
               "one value where one seed is in."]
-    ax.set_xticks(range(len(delays)), [str(d) for d in delays])
-    ax.set_xlabel("synchronization delay N")
-    ax.set_ylabel("final mean accuracy (%)")
-    ax.legend(fontsize=7, ncol=2)
-    finish(fig, [ax], out, f"Leaderboard: final mean accuracy (%) against N ({seeds_note(runs)}, "
-                           f"min-max); diagnostics over the last 10% of updates", lines, runs)
+    fig = ranking_view(ranked, cells, scores, delays, order, runs)
+    finish(fig, fig.axes[:1], out, f"Leaderboard: staleness score and final mean accuracy (%) per N "
+                                   f"({seeds_note(runs)}); diagnostics over the last 10% of updates",
+           lines, runs)
     k3_view(groups, order, os.path.splitext(out)[0] + "_k3.png")
+
+
+def ranking_view(ranked: list, cells: dict, scores: dict, delays: list, order: list, runs: list):
+    """The leaderboard's figure, rows in rank order. Left: each method's staleness score (mean
+    over seeds, 95% t interval) with each seed's score as a dot, the base model's accuracy and
+    GRPO+TIS's score as lines; a row without a complete seed shows the mean of the cells it has,
+    hollow. Right: the mean final accuracy of every cell (method x N), number in the cell."""
+    height = 1.5 + 0.32 * len(ranked)
+    fig, (ax, heat) = plt.subplots(1, 2, figsize=(13, height), sharey=True,
+                                   gridspec_kw={"width_ratios": [3, 2]})
+    ys = range(len(ranked))
+    for y, name in zip(ys, ranked):
+        color = method_style(name, order)[1]
+        if scores[name]:
+            m, half = t_interval(list(scores[name].values()))
+            ax.errorbar(100 * m, y, xerr=None if half is None else 100 * half, fmt="o", color=color,
+                        capsize=3)
+            ax.scatter([100 * v for v in scores[name].values()], [y] * len(scores[name]), s=10,
+                       color="black", zorder=3)
+        else:
+            have = [v for d in STALE_DELAYS for v in cells[name].get(d, {}).values()]
+            if have:
+                ax.scatter([100 * mean(have)], [y], facecolors="none", edgecolors=color)
+    base = {r["seed"]: r["rows"][0].get(eval_key(r["rows"], "mean@", average=True)) for r in runs
+            if r["rows"] and r["rows"][0].get("update") == 0}  # the same weights at every seed;
+    base = [v for v in base.values() if v is not None]  # the evaluation's samples differ by seed
+    if base:
+        ax.axvline(100 * mean(base), color="gray", linestyle=":", label="base model (update 0)")
+    if scores.get("grpo_tis"):
+        ax.axvline(100 * mean(list(scores["grpo_tis"].values())), color="tab:purple",
+                   linestyle="--", label="GRPO+TIS's score")
+    ax.scatter([], [], s=10, color="black", label="one seed's score")
+    ax.set_yticks(list(ys), [method_style(n, order)[0] for n in ranked], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(left=-5)
+    ax.set_xlabel(f"staleness score (%): mean over N = {', '.join(map(str, STALE_DELAYS))}; "
+                  f"95% t over seeds")
+    grid = [[100 * mean(list(cells[n][d].values())) if cells[n][d] else float("nan") for d in delays]
+            for n in ranked]
+    image = heat.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=70)
+    for y, row in enumerate(grid):
+        for x, v in enumerate(row):
+            if v == v:  # not NaN
+                heat.text(x, y, f"{v:.0f}", ha="center", va="center", fontsize=7,
+                          color="white" if v < 40 else "black")
+    heat.set_xticks(range(len(delays)), [f"N={d}" for d in delays])
+    heat.set_xlabel("final accuracy (%), mean over seeds")
+    fig.colorbar(image, ax=heat, fraction=0.05)
+    return fig
 
 
 def k3_view(groups: dict, order: list, out: str) -> None:

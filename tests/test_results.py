@@ -89,7 +89,8 @@ def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
         lines = [l.split("|| ")[1].split() for l in f if "plot.py" in l and " results/" in l]
     assert [(l[2], l[3]) for l in lines] == [("leaderboard", "results/leaderboard_toy"),
                                             ("direction", "results/direction_toy"),
-                                            ("processors", "results/processor_toy")]
+                                            ("processors", "results/processor_toy"),
+                                            ("processors", "results/processor_intel_toy")]
     for line in lines:
         figure, results, out = line[2], line[3], line[line.index("--out") + 1]
         if not os.path.isdir(os.path.join(ROOT, results)):
