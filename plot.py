@@ -548,6 +548,13 @@ def staleness_scores(cells: dict) -> dict:
     return {k: mean([cells[d][k] for d in STALE_DELAYS]) for k in sorted(seeds)}
 
 
+def partial_score(cells: dict):
+    """The mean final accuracy over the STALE_DELAYS cells a method has, any seed (None if none):
+    where a method has no complete seed, it ranks and is drawn by this instead of a score."""
+    have = [v for d in STALE_DELAYS for v in cells.get(d, {}).values()]
+    return mean(have) if have else None
+
+
 def pm(m: float, half, scale: float = 100) -> str:
     return f"{scale * m:.1f}" + (f" ± {scale * half:.1f}" if half is not None else "")
 
@@ -561,8 +568,8 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     is_masked_frac over the last 10% of updates (blank where an objective does not log one).
     Rows sorted by score; methods without a complete seed last, by their mean over the N they
     have. The figure (ranking_view): scores with intervals and seeds, and every cell's mean; a
-    second figure (<out>_k3.png): every run's final accuracy against its mean K3 between learner and sampler
-    over its updates, one color per N."""
+    second figure (<out>_k3.png): every run's final accuracy against its mean K3 between learner
+    and sampler over its updates, one color per N."""
     runs = load_runs(root)
     groups = defaultdict(list)
     for r in runs:
@@ -577,8 +584,7 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     def rank(n):
         if scores[n]:
             return (0, -mean(list(scores[n].values())))
-        have = [v for d in STALE_DELAYS for v in cells[n].get(d, {}).values()]
-        return (1, -mean(have) if have else 0.0)
+        return (1, -(partial_score(cells[n]) or 0.0))
 
     at = f"N={at_delay}"
     lines = ["| method | staleness score (95% t) | vs GRPO+TIS, paired (95% t) | seeds | runs | "
@@ -628,15 +634,16 @@ def ranking_view(ranked: list, cells: dict, scores: dict, delays: list, order: l
                         capsize=3)
             ax.scatter([100 * v for v in scores[name].values()], [y] * len(scores[name]), s=10,
                        color="black", zorder=3)
-        else:
-            have = [v for d in STALE_DELAYS for v in cells[name].get(d, {}).values()]
-            if have:
-                ax.scatter([100 * mean(have)], [y], facecolors="none", edgecolors=color)
-    base = {r["seed"]: r["rows"][0].get(eval_key(r["rows"], "mean@", average=True)) for r in runs
-            if r["rows"] and r["rows"][0].get("update") == 0}  # the same weights at every seed;
-    base = [v for v in base.values() if v is not None]  # the evaluation's samples differ by seed
+        elif partial_score(cells[name]) is not None:
+            ax.scatter([100 * partial_score(cells[name])], [y], facecolors="none", edgecolors=color)
+    base = {}  # the same weights at every seed; the evaluation's samples differ by seed
+    for r in runs:
+        updates, accuracy = series(r["rows"], eval_key(r["rows"], "mean@", average=True))
+        if updates and updates[0] == 0:
+            base[r["seed"]] = accuracy[0]
     if base:
-        ax.axvline(100 * mean(base), color="gray", linestyle=":", label="base model (update 0)")
+        ax.axvline(100 * mean(list(base.values())), color="gray", linestyle=":",
+                   label="base model (update 0)")
     if scores.get("grpo_tis"):
         ax.axvline(100 * mean(list(scores["grpo_tis"].values())), color="tab:purple",
                    linestyle="--", label="GRPO+TIS's score")
