@@ -21,8 +21,9 @@ A sweep file names a base config, a grid and an output root:
 
 Each run goes to <out_root>/<loss>_N<delay>_s<seed>, followed by _<name>-<value> for every other
 grid key (name: the last part of a dotted key), e.g. ggpo_N8_s0_beta-0.1_ref_refresh_every-25.
-Runs go seed by seed (every run of the first seed, then the second, ...), so a grid stopped part
-way has whole seeds.
+Runs go in blocks: seed by seed, within a seed N by N, each block (one seed, one N) every
+objective of the grid, so a grid stopped part way has whole blocks, and a block made on one
+machine shares its rounding path.
 A run whose metrics.jsonl already reaches `updates` is skipped, an unfinished one resumes from
 its last checkpoint. With `results: results/<name>` in the sweep file, every finished run also
 keeps its compact results there (keep_results: config, metrics, the final evaluation's
@@ -80,10 +81,12 @@ SWEEP_KEYS = {"config", "out_root", "results", "grid", "only", "per_loss", "over
 
 
 def expand(sweep: dict) -> list:
-    """[(out_dir, overrides list)] for every run of the grid, in a fixed order: seed by seed
-    (every run of the grid's first seed, then of its second, ...), each seed's runs by objective,
-    then N, so that a grid stopped part way has every objective at its first seed before any
-    at a second."""
+    """[(out_dir, overrides list)] for every run of the grid, in a fixed order of blocks: seed by
+    seed (every run of the grid's first seed, then of its second, ...), and within a seed N by N
+    (the grid's order; an objective's extra delays last), each block's runs by objective. A grid
+    stopped part way has whole blocks (one seed, one N, every objective), and a block run on one
+    machine shares one rounding path, so that the processor kind cannot masquerade as the
+    objective."""
     unknown = sorted(set(sweep) - SWEEP_KEYS)
     if unknown:
         raise ValueError(f"unknown sweep file key(s) {unknown}; known: {sorted(SWEEP_KEYS)}")
@@ -115,7 +118,9 @@ def expand(sweep: dict) -> list:
                          **dict(named)}
                 overrides = [f"loss={loss}", f"delay={delay}", f"seed={seed}", f"out_dir={out_dir}"]
                 overrides += [f"{k}={json.dumps(v)}" for k, v in extra.items()]
-                runs.append((grid["seed"].index(seed), out_dir, overrides))
+                block = (grid["seed"].index(seed),
+                         grid["delay"].index(delay) if delay in grid["delay"] else len(grid["delay"]))
+                runs.append((block, out_dir, overrides))
     return [(out_dir, overrides) for _, out_dir, overrides in sorted(runs, key=lambda r: r[0])]
 
 

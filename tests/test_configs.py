@@ -67,10 +67,10 @@ def test_sweep_grid_over_any_config_key_names_each_run():
         sweep.expand({**spec, "grid": {"loss": ["grpo"], "delay": [0]}})
     with pytest.raises(ValueError, match="unknown sweep file key.*'overides'"):
         sweep.expand({**spec, "overides": {"updates": 3}})
-    # seed by seed: every objective's runs at the first seed before any at the second
+    # in blocks: seed by seed, within a seed N by N, every objective of a block together
     runs = sweep.expand({**spec, "grid": {"loss": ["grpo", "ggpo"], "delay": [0, 8], "seed": [1, 0]}})
-    assert [d for d, _ in runs] == ["r/grpo_N0_s1", "r/grpo_N8_s1", "r/ggpo_N0_s1", "r/ggpo_N8_s1",
-                                    "r/grpo_N0_s0", "r/grpo_N8_s0", "r/ggpo_N0_s0", "r/ggpo_N8_s0"]
+    assert [d for d, _ in runs] == ["r/grpo_N0_s1", "r/ggpo_N0_s1", "r/grpo_N8_s1", "r/ggpo_N8_s1",
+                                    "r/grpo_N0_s0", "r/ggpo_N0_s0", "r/grpo_N8_s0", "r/ggpo_N8_s0"]
     # a list under `only`: one variant per mapping, its keys set together, named in order
     runs = sweep.expand({**spec, "grid": {"loss": ["grpo_mis"], "delay": [8], "seed": [0]},
                          "only": {"grpo_mis": [{"loss_args.mis_low": 0.8, "loss_args.mis_high": 1.2}]}})
