@@ -455,8 +455,10 @@ KERNEL_ISA = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_v
 
 
 def cpu_info() -> dict:
-    """The processor: model, vendor, the kernel-choosing instruction sets it has (/proc/cpuinfo's
-    flags, Linux), torch's view of them (its CPU capability), cores and usable cores."""
+    """The processor: model, vendor, family and model number (x86: they name the generation,
+    e.g. AMD family 25 model 17 is Zen 4; the model name alone does not), the kernel-choosing
+    instruction sets it has (/proc/cpuinfo's flags, Linux), torch's view of them (its CPU
+    capability), cores and usable cores."""
     fields = {}
     try:
         with open("/proc/cpuinfo") as f:
@@ -469,6 +471,8 @@ def cpu_info() -> dict:
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"model": fields.get("model name") or platform.processor() or platform.machine(),
             "vendor": fields.get("vendor_id") or fields.get("CPU implementer"),
+            "family": fields.get("cpu family") or fields.get("CPU architecture"),
+            "model_number": fields.get("model") or fields.get("CPU part"),
             "arch": platform.machine(), "isa": [f for f in KERNEL_ISA if f in flags],
             "torch_capability": torch.backends.cpu.get_cpu_capability(),
             "cores": os.cpu_count(), "usable_cores": usable}
