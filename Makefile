@@ -95,13 +95,13 @@ processors: .venv/ready
 	$(MAKE) tables
 
 # Every table and figure of the kept results (results/), remade from them: the leaderboard v2
-# (figures/leaderboard_v2_toy.png, .md, and _k3.png), the direction ablation
+# (figures/leaderboard_v3_toy.png, .md, and _k3.png), the direction ablation
 # (figures/direction_toy.png, .md) and the same runs on other processors
 # (figures/processor_toy.png and processor_intel_toy.png, .md: configs/sweep_processor*_toy.yaml
 # against the leaderboard). The same bytes on the same library versions: on a fresh clone, git
 # status stays clean.
 tables: .venv/ready
-	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v2_toy.png
+	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v3_toy.png
 	test ! -d results/direction_toy || $(PY) plot.py direction results/direction_toy --out figures/direction_toy.png
 	test ! -d results/processor_toy || $(PY) plot.py processors results/processor_toy --against results/leaderboard_toy --out figures/processor_toy.png
 	test ! -d results/processor_intel_toy || $(PY) plot.py processors results/processor_intel_toy --against results/leaderboard_toy --out figures/processor_intel_toy.png

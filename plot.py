@@ -9,7 +9,7 @@
     python plot.py fig8  runs/fig8_toy   --out figures/fig8_toy.png   # GGPO: beta x reference refresh
     python plot.py fig9  runs/fig8_toy   --out figures/fig9_toy.png   # ESS of GGPO's weights on successes
     python plot.py fig10 runs/fig10_toy  --out figures/fig10_toy.png  # GGPO: original vs detached update
-    python plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v2_toy.png  # every objective vs N
+    python plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v3_toy.png  # every objective vs N, in tiers
     python plot.py numerics runs/numerics_toy --out figures/numerics_toy.png  # engine vs learner precision
     python plot.py direction results/direction_toy --out figures/direction_toy.png  # the direction ablation
     python plot.py processors results/processor_toy --against results/leaderboard_toy \
@@ -32,10 +32,13 @@ import sys
 from collections import defaultdict
 
 import matplotlib
+import pandas as pd
+import scipy.stats
 import yaml
 
 import config
 import losses
+import stats
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -184,11 +187,17 @@ def last_fraction(rows: list, key: str, fraction: float = 0.1):
     return mean(values) if values else None
 
 
+# the instruction sets that name a processor kind in the tables (run_info.json records more)
+PROCESSOR_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "sve")
+
+
 def processor_kind(session: dict) -> str:
     """A session's processor as the tables name it: CPU model and the instruction sets that set
-    its kernels' rounding (GPU first when there is one), e.g. "AMD EPYC (avx2)"."""
+    its kernels' rounding and tell the generations apart (GPU first when there is one), e.g.
+    "AMD EPYC (avx2)" (Zen 3), "AMD EPYC (avx2, avx512f, avx512_bf16)" (Zen 4), the same with
+    avx_vnni (Zen 5)."""
     cpu = session["cpu"]
-    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile", "sve") if f in cpu["isa"]]
+    isa = [f for f in PROCESSOR_ISA if f in cpu["isa"]]
     kind = f"{cpu['model']} ({', '.join(isa) or cpu['torch_capability'].lower()})"
     return f"{session['gpu']} + {kind}" if session.get("gpu") else kind
 
@@ -526,32 +535,33 @@ def method_style(name: str, names: list) -> tuple:
 
 LEADERBOARD_AT = [("k3", 1e3, "K3 x1e-3"), ("is_chi2_token", 1, "is_chi2_token"),
                   ("is_masked_frac", 100, "is_masked_frac (%)")]
-STALE_DELAYS = (8, 32, 128)  # the staleness score: mean final accuracy over these N
-# two-sided 95% Student t quantiles, t_{0.975, k - 1} for k seeds (k = 2..10)
-T975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
+LATE_EVALS = 3  # the late-evaluation measure: the mean of a run's last LATE_EVALS evaluations
+LATE_SPAN = 0.15  # ... when they all lie in the last LATE_SPAN of its updates (e.g. 260-300 of 300)
+POWER_DELTAS = (2, 3, 5, 8, 10)  # differences (points) the power table prints seeds for
+LADDER_SEEDS = 10  # rows whose tier more seeds can settle get this many (the seed ladder)
 
 
 def t_interval(values: list) -> tuple:
     """(mean, half-width of the 95% Student t interval) over independent values (seeds); the
-    half-width is None for fewer than two. With 3 seeds t = 4.30: wide, and honest about it."""
+    half-width is None for fewer than two."""
     m = mean(values)
     if len(values) < 2:
         return m, None
     sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
-    return m, T975.get(len(values), 1.96) * sd / math.sqrt(len(values))
+    return m, scipy.stats.t.ppf(0.975, len(values) - 1) * sd / math.sqrt(len(values))
 
 
-def staleness_scores(cells: dict) -> dict:
-    """{seed: mean over STALE_DELAYS of that seed's final accuracy} for the seeds that have
-    every one of those N; cells: {delay: {seed: final}}."""
-    seeds = set.intersection(*(set(cells.get(d, {})) for d in STALE_DELAYS))
-    return {k: mean([cells[d][k] for d in STALE_DELAYS]) for k in sorted(seeds)}
+def seed_scores(cells: dict) -> dict:
+    """{seed: mean over stats.STALE_DELAYS of that seed's final accuracy} for the seeds that
+    have every one of those N; cells: {delay: {seed: final}}."""
+    seeds = set.intersection(*(set(cells.get(d, {})) for d in stats.STALE_DELAYS))
+    return {k: mean([cells[d][k] for d in stats.STALE_DELAYS]) for k in sorted(seeds)}
 
 
 def partial_score(cells: dict):
-    """The mean final accuracy over the STALE_DELAYS cells a method has, any seed (None if none):
-    where a method has no complete seed, it ranks and is drawn by this instead of a score."""
-    have = [v for d in STALE_DELAYS for v in cells.get(d, {}).values()]
+    """The mean final accuracy over the stats.STALE_DELAYS cells a method has, any seed (None
+    if none): a method without a score ranks and is drawn by this."""
+    have = [v for d in stats.STALE_DELAYS for v in cells.get(d, {}).values()]
     return mean(have) if have else None
 
 
@@ -559,81 +569,209 @@ def pm(m: float, half, scale: float = 100) -> str:
     return f"{scale * m:.1f}" + (f" ± {scale * half:.1f}" if half is not None else "")
 
 
+def rounding_path(run: dict) -> str:
+    """The processor kind(s) a run ran on (' + ' between kinds when it was resumed on another),
+    with its thread count and matmul backend: what sets its rounding."""
+    sessions = run["sessions"]
+    if not sessions:
+        return "unknown machine"
+    kinds = " + ".join(sorted({processor_kind(s) for s in sessions}))
+    return kinds + "".join(sorted({f"; {s.get('torch_threads')} thread(s), {s['matmul']}" for s in sessions}))
+
+
+def late_evaluations(run: dict):
+    """(the final evaluation, the mean of the last LATE_EVALS) of a run whose last LATE_EVALS
+    evaluations lie in the last LATE_SPAN of its updates, else None."""
+    updates, accuracy = series(run["rows"], eval_key(run["rows"], "mean@", average=True))
+    last = run["cfg"]["updates"]
+    if len(updates) < LATE_EVALS or updates[-LATE_EVALS] < (1 - LATE_SPAN) * last:
+        return None
+    return accuracy[-1], mean(accuracy[-LATE_EVALS:])
+
+
+def late_measure_lines(runs: list) -> list:
+    """The late-evaluation measure against the final evaluation on the same runs: per N and over
+    all, the pooled within-cell SD (cells: method x N x rounding path with >= 2 such runs)."""
+    cells = defaultdict(list)
+    for r in runs:
+        both = late_evaluations(r)
+        if both:
+            cells[(method(r), r["delay"], rounding_path(r))].append(both)
+    cells = {k: v for k, v in cells.items() if len(v) > 1}
+    if not cells:
+        return []
+
+    def pooled(keys, i):
+        ss = sum(sum((v[i] - mean([w[i] for w in cells[k]])) ** 2 for v in cells[k]) for k in keys)
+        return math.sqrt(ss / sum(len(cells[k]) - 1 for k in keys))
+
+    lines = ["", f"**A lower-noise final measure?** The final evaluation against the mean of the last "
+             f"{LATE_EVALS} evaluations, on the same runs (those evaluated at least {LATE_EVALS} times in "
+             f"their last {LATE_SPAN:.0%} of updates): pooled within-cell SD over seeds (cells: method x "
+             f"N x rounding path with two or more runs).", "",
+             "| N | cells | runs | SD of the final evaluation | SD of the late mean | ratio |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for n in sorted({k[1] for k in cells}) + ["all"]:
+        keys = [k for k in cells if n == "all" or k[1] == n]
+        final_sd, late_sd = pooled(keys, 0), pooled(keys, 1)
+        lines.append(f"| {n} | {len(keys)} | {sum(len(cells[k]) for k in keys)} | {100 * final_sd:.2f} | "
+                     f"{100 * late_sd:.2f} | {late_sd / final_sd:.2f} |")
+    return lines
+
+
+def model_lines(result: dict, runs_by_method: dict, order: list) -> list:
+    """The generated summary under the leaderboard's table: the model, its variance, the
+    rounding-path and seed effects, the design (method x path), and the seeds comparisons need."""
+    fit, sigma = result["fit"], result["sigma"]
+    name = lambda m: method_style(m, order)[0]
+    lines = ["", "**The model** (`stats.py`; statsmodels WLS, feasible GLS): final mean@k (%) = cell mean "
+             "(method x N) + rounding path + error, the path fixed with sum-to-zero coding, "
+             f"error SD per N: " + ", ".join(f"N = {n}: {s:.2f}" for n, s in sigma.items())
+             + f"; {result['n_runs']} runs, {len(fit.params)} parameters, {result['df']:.0f} residual "
+             f"degrees of freedom."]
+    lev = result["levene_n"]
+    if lev is not None:
+        lines.append(f"Levene across N: W = {lev.statistic:.2f}, p = {lev.pvalue:.2g}; across methods "
+                     "within each N: " + ", ".join(f"N = {n}: p = {t.pvalue:.2f}"
+                                                   for n, t in result["levene_methods"].items()) + ".")
+    lines.append("Staleness score: the model's mean over N = " + ", ".join(map(str, stats.STALE_DELAYS))
+                 + " at the average seed and path, 95% t interval; drop: score minus the method's "
+                 "own N = 0 cell; vs a reference: simultaneous 95% intervals over the "
+                 f"{result.get('vs_family', 0)} differences to {', '.join(name(r) for r in result['vs'])}"
+                 f" (max-|t|, critical value {result.get('vs_critical', float('nan')):.2f}), * where "
+                 "the interval excludes 0; tier: methods sharing a letter cannot be told apart "
+                 f"(Holm over all {len(result['pairs'])} pairs, family-wise 5%); rank: 95% interval "
+                 "of the rank over draws from the fitted scores. Cells are mean (min-max) over "
+                 "seeds of the runs themselves, in %.")
+    seed = result["seed"]
+    if seed["F"] is not None:
+        lines += ["", f"**The seed** (tested, not fitted): the model with a fixed seed term against "
+                  f"the model, F = {seed['F']:.2f}, p = {seed['p']:.2g}; variance component (moments) "
+                  f"SD {seed['tau']:.2f} points."]
+    path = result["path"]
+    if path["effects"]:
+        counts = defaultdict(int)
+        for runs in runs_by_method.values():
+            for r in runs:
+                counts[r["path"]] += 1
+        lines += ["", f"**Rounding path effects** (sum-to-zero, points, 95% t): F = {path['F']:.2f}, "
+                  f"p = {path['p']:.2g}; variance component (moments) SD {path['tau']:.2f} points.", "",
+                  "| path | runs | effect |", "| --- | --- | --- |"]
+        lines += [f"| P{i + 1}: {lvl} | {counts[lvl]} | {pm(e / 100, h / 100)} |"
+                  for i, (lvl, (e, h)) in enumerate(path["effects"].items())]
+    paths = sorted({r["path"] for runs in runs_by_method.values() for r in runs})
+    if len(paths) > 1:
+        lines += ["", "**The design**: runs per method and rounding path (P1..P%d as above)." % len(paths), "",
+                  "| method | " + " | ".join(f"P{i + 1}" for i in range(len(paths))) + " |",
+                  "| --- |" + " --- |" * len(paths)]
+        for m in order:
+            if m in runs_by_method:
+                n = [sum(r["path"] == p for r in runs_by_method[m]) for p in paths]
+                lines.append(f"| {name(m)} | " + " | ".join(map(str, n)) + " |")
+    sd, pairs = result["sd_score"], max(1, len(result["pairs"]))
+    vs = max(1, result.get("vs_family", 1))
+    lines += ["", f"**Seeds a comparison needs** (per row, {stats.POWER:.0%} power, two-sided, "
+              f"Bonferroni over the family; per-seed SD of a score {sd:.2f} points):", "",
+              "| difference (points) | " + " | ".join(map(str, POWER_DELTAS)) + " |",
+              "| --- |" + " --- |" * len(POWER_DELTAS),
+              f"| tiers ({pairs} pairs) | " + " | ".join(str(stats.seeds_needed(d, sd, pairs))
+                                                         for d in POWER_DELTAS) + " |",
+              f"| vs the references ({vs} differences) | " + " | ".join(
+                  str(stats.seeds_needed(d, sd, vs)) for d in POWER_DELTAS) + " |"]
+    touching = stats.touching_rows(result, LADDER_SEEDS)
+    lines += ["", f"Rows in a pair the tiers leave open that {LADDER_SEEDS} seeds per row would settle "
+              f"at its observed difference (the fewest seeds that would): "
+              + (", ".join(f"{name(m)} {n}" for m, n in touching.items()) or "none") + "."]
+    return lines
+
+
 def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
-    """Every objective against N, ranked. Per method: the staleness score, the mean over seeds
-    of each seed's mean final mean@k over N in STALE_DELAYS, with its 95% t interval over the
-    seeds that have all three N; the paired difference to GRPO+TIS (the same seed samples the
-    same prompts: per seed, score minus GRPO+TIS's score, then its mean and t interval); final
-    mean@k per N as mean (min-max) over seeds; and at N = at_delay K3, is_chi2_token and
-    is_masked_frac over the last 10% of updates (blank where an objective does not log one).
-    Rows sorted by score; methods without a complete seed last, by their mean over the N they
-    have. The figure (ranking_view): scores with intervals and seeds, and every cell's mean; a
-    second figure (<out>_k3.png): every run's final accuracy against its mean K3 between learner
-    and sampler over its updates, one color per N."""
+    """Every objective against N, in tiers, from one pooled model of every run's final accuracy
+    (stats.fit_leaderboard). Per method: tier letters, the staleness score with its interval, its
+    rank interval, its drop from N = 0, its differences to the references with simultaneous
+    intervals, seeds per N, final mean@k per N as mean (min-max) over seeds, and at N = at_delay
+    K3, is_chi2_token and is_masked_frac over the last 10% of updates (blank where an objective
+    does not log one). Rows by score; methods without a run at every scored N last, by their
+    mean over the N they have. Under the table, generated: the model, the effects of the
+    rounding path and the seed, the design, the seeds comparisons need and the late-evaluation
+    measure. The figure (ranking_view): scores with intervals, tiers and each seed's score, and
+    every cell's mean; a second figure (<out>_k3.png): every run's final accuracy against its
+    mean K3 between learner and sampler over its updates, one color per N."""
     runs = load_runs(root)
     groups = defaultdict(list)
     for r in runs:
-        groups[(method(r), r["delay"])].append(r | {"final": final_mean(r)})
+        groups[(method(r), r["delay"])].append(r | {"final": final_mean(r), "path": rounding_path(r)})
     delays = sorted({d for _, d in groups})
     names = [x for n in loss_order(runs) for x in ((n, "grpo_behavior") if n == "grpo" else (n,))]
     order = [n for n in names if any(k[0] == n for k in groups)]
     cells = {n: {d: {r["seed"]: r["final"] for r in groups.get((n, d), [])} for d in delays}
              for n in order}
-    scores = {n: staleness_scores(cells[n]) for n in order}
-
-    def rank(n):
-        if scores[n]:
-            return (0, -mean(list(scores[n].values())))
-        return (1, -(partial_score(cells[n]) or 0.0))
-
+    data = pd.DataFrame([{"method": m, "N": d, "seed": r["seed"], "path": r["path"], "y": 100 * r["final"]}
+                         for (m, d), rs in groups.items() for r in rs])
+    result = stats.fit_leaderboard(data)
+    score = result["score"]
+    ranked = sorted(order, key=lambda n: (0, -score[n][0]) if n in score
+                    else (1, -(partial_score(cells[n]) or 0.0)))
+    refs = list(result["vs"])
     at = f"N={at_delay}"
-    lines = ["| method | staleness score (95% t) | vs GRPO+TIS, paired (95% t) | seeds | runs | "
-             + " | ".join(f"N={d}" for d in delays) + " | "
+    lines = ["| tier | method | staleness score (95%) | rank (95%) | drop from N=0 (95%) | "
+             + " | ".join(f"vs {method_style(r, order)[0]} (simultaneous 95%)" for r in refs)
+             + " | seeds per N | " + " | ".join(f"N={d}" for d in delays) + " | "
              + " | ".join(f"{title} at {at}" for _, _, title in LEADERBOARD_AT) + " |",
-             "| --- |" + " --- |" * (4 + len(delays) + len(LEADERBOARD_AT))]
-    base = scores.get("grpo_tis", {})
-    ranked = sorted(order, key=rank)
+             "| --- |" + " --- |" * (5 + len(refs) + len(delays) + len(LEADERBOARD_AT))]
     for name in ranked:
         label = method_style(name, order)[0]
-        score = pm(*t_interval(list(scores[name].values()))) if scores[name] else ""
-        paired = [scores[name][k] - base[k] for k in scores[name] if k in base]
-        diff = "" if not paired or name == "grpo_tis" else pm(*t_interval(paired))
+        scored = name in score
+        rank = result["rank"].get(name)
+        drop = result["drop"].get(name)
+        vs = []
+        for r in refs:
+            d = result["vs"][r].get(name)
+            vs.append(f"{d[0]:+.1f} ± {d[1]:.1f}{' *' if d[2] < stats.ALPHA else ''}" if d else "")
         diag = []
         for key, scale, _ in LEADERBOARD_AT:
             values = [last_fraction(r["rows"], key) for r in groups.get((name, at_delay), [])]
             diag.append(fmt(values, scale) if values and None not in values else "")
-        n_runs = sum(len(cells[name][d]) for d in delays)
-        lines.append(f"| {label} | {score} | {diff} | {len(scores[name])} | {n_runs} | "
+        lines.append(f"| {result['tiers'].get(name, '')} | {label} | "
+                     f"{pm(score[name][0] / 100, score[name][1] / 100) if scored else ''} | "
+                     f"{f'{rank[0]}-{rank[1]}' if rank else ''} | "
+                     f"{pm(drop[0] / 100, drop[1] / 100) if drop else ''} | " + " | ".join(vs) + " | "
+                     + "/".join(str(len(cells[name][d])) for d in delays) + " | "
                      + " | ".join(fmt(list(cells[name][d].values())) if cells[name][d] else ""
                                   for d in delays) + " | " + " | ".join(diag) + " |")
-    lines += ["", f"Staleness score: mean final mean@k over N = {', '.join(map(str, STALE_DELAYS))}; "
-              "'seeds' counts the seeds that have all of them (the score's sample), 'runs' every "
-              "run the row has (any N, any seed); cells are mean (min-max) over seeds, in %, "
-              "one value where one seed is in."]
-    fig = ranking_view(ranked, cells, scores, delays, order, runs)
-    finish(fig, fig.axes[:1], out, f"Leaderboard: staleness score and final mean accuracy (%) per N "
-                                   f"({seeds_note(runs)}); diagnostics over the last 10% of updates",
+    by_method = defaultdict(list)
+    for (m, _), rs in groups.items():
+        by_method[m] += [{"path": r["path"]} for r in rs]
+    lines += model_lines(result, by_method, order) + late_measure_lines(runs)
+    fig = ranking_view(ranked, cells, result, delays, order, runs)
+    finish(fig, fig.axes[:1], out, f"Leaderboard: tiers, staleness score and final mean accuracy (%) "
+                                   f"per N ({seeds_note(runs)}); diagnostics over the last 10% of updates",
            lines, runs)
     k3_view(groups, order, os.path.splitext(out)[0] + "_k3.png")
 
 
-def ranking_view(ranked: list, cells: dict, scores: dict, delays: list, order: list, runs: list):
-    """The leaderboard's figure, rows in rank order. Left: each method's staleness score (mean
-    over seeds, 95% t interval) with each seed's score as a dot, the base model's accuracy and
-    GRPO+TIS's score as lines; a row without a complete seed shows the mean of the cells it has,
-    hollow. Right: the mean final accuracy of every cell (method x N), number in the cell."""
+def ranking_view(ranked: list, cells: dict, result: dict, delays: list, order: list, runs: list):
+    """The leaderboard's figure, rows in rank order. Left: each method's staleness score with
+    its 95% interval from the model, each seed's own score as a dot, its tier letters at the
+    right; the base model's accuracy and GRPO+TIS's score as lines; a row without a score shows
+    the mean of the cells it has, hollow. Right: the mean final accuracy of every cell (method x
+    N), number in the cell."""
     height = 1.5 + 0.32 * len(ranked)
     fig, (ax, heat) = plt.subplots(1, 2, figsize=(13, height), sharey=True,
                                    gridspec_kw={"width_ratios": [3, 2]})
     ys = range(len(ranked))
+    score = result["score"]
     for y, name in zip(ys, ranked):
         color = method_style(name, order)[1]
-        if scores[name]:
-            m, half = t_interval(list(scores[name].values()))
-            ax.errorbar(100 * m, y, xerr=None if half is None else 100 * half, fmt="o", color=color,
-                        capsize=3)
-            ax.scatter([100 * v for v in scores[name].values()], [y] * len(scores[name]), s=10,
-                       color="black", zorder=3)
+        if name in score:
+            m, half = score[name]
+            ax.errorbar(m, y, xerr=half, fmt="o", color=color, capsize=3)
+            seeds = seed_scores(cells[name])
+            ax.scatter([100 * v for v in seeds.values()], [y] * len(seeds), s=8, color="black",
+                       zorder=3, alpha=0.6)
+            ax.annotate(f"{result['tiers'][name]}  (rank {result['rank'][name][0]}-{result['rank'][name][1]})",
+                        (1.0, y), xycoords=("axes fraction", "data"), xytext=(-4, 0),
+                        textcoords="offset points", ha="right", va="center", fontsize=7)
         elif partial_score(cells[name]) is not None:
             ax.scatter([100 * partial_score(cells[name])], [y], facecolors="none", edgecolors=color)
     base = {}  # the same weights at every seed; the evaluation's samples differ by seed
@@ -644,15 +782,14 @@ def ranking_view(ranked: list, cells: dict, scores: dict, delays: list, order: l
     if base:
         ax.axvline(100 * mean(list(base.values())), color="gray", linestyle=":",
                    label="base model (update 0)")
-    if scores.get("grpo_tis"):
-        ax.axvline(100 * mean(list(scores["grpo_tis"].values())), color="tab:purple",
-                   linestyle="--", label="GRPO+TIS's score")
-    ax.scatter([], [], s=10, color="black", label="one seed's score")
+    if "grpo_tis" in score:
+        ax.axvline(score["grpo_tis"][0], color="tab:purple", linestyle="--", label="GRPO+TIS's score")
+    ax.scatter([], [], s=8, color="black", label="one seed's score")
     ax.set_yticks(list(ys), [method_style(n, order)[0] for n in ranked], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(left=-5)
-    ax.set_xlabel(f"staleness score (%): mean over N = {', '.join(map(str, STALE_DELAYS))}; "
-                  f"95% t over seeds")
+    ax.set_xlim(-5, 85)
+    ax.set_xlabel(f"staleness score (%): mean over N = {', '.join(map(str, stats.STALE_DELAYS))}, "
+                  f"95% interval (pooled model); tiers, rank interval")
     grid = [[100 * mean(list(cells[n][d].values())) if cells[n][d] else float("nan") for d in delays]
             for n in ranked]
     image = heat.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=70)

@@ -1,5 +1,6 @@
 """plot.py on synthetic run folders: every figure draws, and its table holds the right numbers."""
 import json
+import math
 import os
 
 import pytest
@@ -103,18 +104,16 @@ def test_fig4_fig8_fig9_fig10_from_their_grids(tmp_path):
         in _table(paths["fig10"])
 
 
-def test_leaderboard_ranks_by_staleness_score_with_intervals(tmp_path):
-    """Four entries, finals by hand. GRPO+TIS, seeds 0-2: N = 8, 32, 128 finals [0.40, 0.42,
-    0.44], [0.30, 0.33, 0.36], [0.20, 0.21, 0.22]: per-seed scores 0.30, 0.32, 0.34, mean 0.32,
-    sd 0.02, 95% t half-width 4.303 * 0.02 / sqrt 3 = 0.0497. M2PO: each cell + 0.1 + 0.01 seed:
-    scores 0.40, 0.43, 0.46 (0.43 +- 4.303 * 0.03 / sqrt 3 = 0.0745), paired to GRPO+TIS 0.10,
-    0.11, 0.12 (0.11 +- 0.0248). PPO vs the sampler (grpo, behavior anchor: its own row), seed 0
-    only, 0.5 at every N: score 0.5 without an interval, paired 0.5 - 0.30. GRPO: 0.9 at N = 8
-    and 32, no N = 128: no score, so it ranks last though its cells are the highest."""
+def test_leaderboard_table_from_the_pooled_model(tmp_path):
+    """Four entries, finals by hand. GRPO+TIS, seeds 0-2: N = 0, 8, 32, 128 finals [0.50] x 3,
+    [0.40, 0.42, 0.44], [0.30, 0.33, 0.36], [0.20, 0.21, 0.22]; M2PO: each cell + 0.1 + 0.01 seed.
+    Both rows have every seed at every N, so the model's cell means are their raw means (the
+    sum-to-zero seed effects average out): scores 32.0 and 43.0, drops -18.0 and -18.0 (N = 0:
+    50.0 and 61.0). PPO vs the sampler (grpo, behavior anchor: its own row), seed 0 only, 0.5 at
+    every N: a score from the pooled variance. GRPO: no N = 128, no score: last, blank."""
     runs = tmp_path / "runs"
-    tis = {8: [0.40, 0.42, 0.44], 32: [0.30, 0.33, 0.36], 128: [0.20, 0.21, 0.22]}
+    tis = {0: [0.5] * 3, 8: [0.40, 0.42, 0.44], 32: [0.30, 0.33, 0.36], 128: [0.20, 0.21, 0.22]}
     for seed in (0, 1, 2):
-        _run(runs, 0.5, "grpo_tis", 0, seed)
         for delay, finals in tis.items():
             _run(runs, finals[seed], "grpo_tis", delay, seed, logged={"is_chi2_token": 0.2})
             _run(runs, finals[seed] + 0.1 + 0.01 * seed, "m2po", delay, seed, k3=0.002,
@@ -128,16 +127,44 @@ def test_leaderboard_ranks_by_staleness_score_with_intervals(tmp_path):
     plot.main(["leaderboard", str(runs), "--out", out])
     assert os.path.getsize(out) > 10_000 and os.path.getsize(str(tmp_path / "leaderboard_k3.png")) > 10_000
     table = _table(out)
-    assert ("| method | staleness score (95% t) | vs GRPO+TIS, paired (95% t) | seeds | runs | N=0 | N=8 | N=32 | "
-            "N=128 | K3 x1e-3 at N=32 | is_chi2_token at N=32 | is_masked_frac (%) at N=32 |") in table
-    assert "| PPO vs sampler (GRPO, behavior anchor) | 50.0 | 20.0 | 1 | 3 |  | 50.0 | 50.0 | 50.0 | 10 | 0.3 |  |" in table
-    assert ("| M2PO | 43.0 ± 7.5 | 11.0 ± 2.5 | 3 | 9 |  | 53.0 (50.0-56.0) | 44.0 (40.0-48.0) | 32.0 (30.0-34.0) | "
-            "20 (20-20) | 0.5 (0.5-0.5) | 35.0 (25.0-45.0) |") in table
-    assert ("| GRPO+TIS | 32.0 ± 5.0 |  | 3 | 12 | 50.0 (50.0-50.0) | 42.0 (40.0-44.0) | 33.0 (30.0-36.0) | "
-            "21.0 (20.0-22.0) | 10 (10-10) | 0.2 (0.2-0.2) |  |") in table
-    assert "| GRPO |  |  | 0 | 2 |  | 90.0 | 90.0 |  | 10 | 0.2 |  |" in table
-    rows = [l.split(" |")[0] for l in table.splitlines() if l.startswith("| ") and "---" not in l][1:]
-    assert rows == ["| PPO vs sampler (GRPO, behavior anchor)", "| M2PO", "| GRPO+TIS", "| GRPO"]
+    assert ("| tier | method | staleness score (95%) | rank (95%) | drop from N=0 (95%) | "
+            "vs GRPO+TIS (simultaneous 95%) | vs PPO vs sampler (GRPO, behavior anchor) (simultaneous 95%) | "
+            "seeds per N | N=0 | N=8 | N=32 | N=128 | K3 x1e-3 at N=32 | is_chi2_token at N=32 | "
+            "is_masked_frac (%) at N=32 |") in table
+    first = table.split("\n\n")[1].splitlines()[2:]  # the leaderboard's own rows, in order
+    rows = {l.split(" | ")[1]: l.split(" | ") for l in first}
+    tis_row, m2po_row = rows["GRPO+TIS"], rows["M2PO"]
+    assert tis_row[2].startswith("32.0 ± ") and tis_row[4].startswith("-18.0 ± ")
+    assert m2po_row[2].startswith("43.0 ± ") and m2po_row[4].startswith("-18.0 ± ")
+    assert m2po_row[5].startswith("+11.0 ± ") and tis_row[5] == ""
+    assert m2po_row[7:] == ["3/3/3/3", "61.0 (60.0-62.0)", "53.0 (50.0-56.0)", "44.0 (40.0-48.0)",
+                            "32.0 (30.0-34.0)", "20 (20-20)", "0.5 (0.5-0.5)", "35.0 (25.0-45.0) |"]
+    assert rows["GRPO"][2:5] == ["", "", ""] and rows["GRPO"][7] == "0/1/1/0"
+    assert rows["PPO vs sampler (GRPO, behavior anchor)"][7] == "0/1/1/1"
+    assert list(rows)[0] in ("M2PO", "PPO vs sampler (GRPO, behavior anchor)") and list(rows)[-1] == "GRPO"
+    assert list(rows).index("M2PO") < list(rows).index("GRPO+TIS")
+    assert "**The model** (`stats.py`; statsmodels WLS" in table
+    assert "**Seeds a comparison needs**" in table
+
+
+def test_late_evaluation_measure_uses_the_same_runs(tmp_path):
+    """Two seeds of one cell, evaluated at updates 0, 17, 18, 19, 20 of 20 (the last three in the
+    last 15%): finals 0.42 and 0.50 (SD 5.66 points), late means (0.40 + 0.44 + 0.42) / 3 = 0.42
+    and (0.46 + 0.44 + 0.50) / 3 = 0.4667 (SD 3.30 points): ratio 0.58. A run evaluated only at
+    0 and 20 is left out of both."""
+    runs = tmp_path / "runs"
+    for seed, evals in ((0, {17: 0.3, 18: 0.40, 19: 0.44, 20: 0.42}), (1, {17: 0.2, 18: 0.46, 19: 0.44, 20: 0.50})):
+        _run(runs, 0.0, "grpo_tis", 8, seed, updates=20)
+        path = runs / f"grpo_tis_N8_s{seed}" / "metrics.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for row in rows:
+            if row["update"] in evals:
+                row["eval/toy/mean@4"] = evals[row["update"]]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _run(runs, 0.45, "grpo_tis", 8, 2, updates=20)
+    lines = plot.late_measure_lines(plot.load_runs(str(runs)))
+    finals_sd, late_sd = 100 * 0.08 / math.sqrt(2), 100 * (0.4666667 - 0.42) / math.sqrt(2)
+    assert f"| 8 | 1 | 2 | {finals_sd:.2f} | {late_sd:.2f} | {late_sd / finals_sd:.2f} |" in lines
 
 
 def test_direction_ablation_table(tmp_path):

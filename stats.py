@@ -1,0 +1,281 @@
+"""The leaderboard's statistics: one pooled linear model of every run's final accuracy, and from it
+each method's staleness score with an interval, its differences to the reference rows with
+simultaneous intervals, tiers, rank intervals and the seeds a comparison needs.
+
+The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage points:
+
+    y_r = mu[method_r, N_r] + k[path_r] + e_r,        e_r ~ Normal(0, sigma[N_r]^2)
+
+- mu: one mean per cell (method x N), fixed: the quantities of interest.
+- k: the rounding path (processor kind; thread count and matmul backend when a table mixes
+  them), fixed, sum-to-zero (mu is at the average path). Fixed because the kinds are few (a
+  variance from four or five levels is not an estimate), and because fixed effects adjust every
+  comparison for the exact mix of kinds behind each row: a row whose seeds ran on a kind that
+  ends high is not credited with it. Code commits are not a factor: a change of code that
+  moves a toy run's numbers would be a change of the experiment, and the project checks
+  refactors number for number. The reference rows run on every kind, which keeps k estimable.
+- the seed: tested, not fitted. The same seed samples the same prompts in every row, so a seed
+  could shift every row alike; the F test of the model with a fixed seed term against the model
+  without it (statsmodels' compare_f_test, printed) finds no such shift, and the trajectories
+  part chaotically within a hundred updates. A random seed term would be estimated at variance
+  0, which is this model; a fixed one would make every score's absolute level non-estimable
+  whenever a new seed first runs on a new kind (its block design: one seed, one machine), as
+  the ladder's seeds do.
+- sigma[N]: the residual SD per N. A processor or seed change moves a cell by more at larger N
+  (the trajectories part earlier and end further apart), and a Levene test across N rejects
+  equal variances while one across methods within each N does not (both printed); so the
+  weights are 1 / sigma[N]^2, sigma[N]^2 = sum of the N's squared residuals / sum of
+  (1 - leverage), iterated to a fixed point (FGLS).
+
+From the fit (cov: the parameters' covariance; t quantiles on the residual degrees of freedom):
+
+- score[m] = mean over N in STALE_DELAYS of mu[m, N], a linear contrast, with its 95% t
+  interval; drop[m] = score[m] - mu[m, 0], the mean loss from that method's own on-policy cell.
+- vs a reference: score[m] - score[ref] for every method and each of REFERENCES, one family,
+  with simultaneous 95% intervals (single-step max-|t|: the critical value is the 95% quantile
+  of max_i |T_i| for T multivariate t with the contrasts' correlation, by Monte Carlo with a
+  fixed seed; an interval excludes 0 exactly when its adjusted p is below 0.05).
+- tiers: every pair of methods, two-sided t tests with Holm's step-down adjustment over all
+  pairs (family-wise 5%), summarised by a compact letter display (insert-absorb): two methods
+  that share a letter cannot be told apart; letters go by the best score in each group.
+- rank intervals: the 2.5% and 97.5% quantiles of each method's rank over draws of the scores
+  from Normal(score, cov(score)) (a parametric bootstrap of the fitted model; marginal, not
+  simultaneous).
+- seeds needed: the per-seed SD of a score, sd = sqrt(sum over STALE_DELAYS of sigma[N]^2) /
+  len(STALE_DELAYS), gives seeds per row for 80% power to find a difference delta at the
+  Bonferroni level of a family of f comparisons (Holm's first step, so conservative):
+  n = 2 sd^2 (z[1 - 0.05 / 2f] + z[0.8])^2 / delta^2.
+- variance components (reported, not used): for the path and the seed, from the factor's F
+  test, tau^2 = max(0, F - 1) s^2 / n0, the ANOVA moment estimate for unequal group sizes
+  (n0 = (n - sum n_i^2 / n) / (L - 1), n_i runs at level i of L; s^2 the mean of sigma[N]^2):
+  the variance of the levels' true shifts, in points^2.
+"""
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+import statsmodels.formula.api as smf
+from statsmodels.stats.multitest import multipletests
+from statsmodels.tools.sm_exceptions import SingularMatrixWarning
+
+STALE_DELAYS = (8, 32, 128)  # the staleness score: mean final accuracy over these N
+REFERENCES = ("grpo_tis", "grpo", "grpo_behavior")  # the named rows every method is set against
+ALPHA = 0.05  # family-wise error rate of the tiers and of the reference intervals
+POWER = 0.8  # the power the seed counts aim for
+DRAWS = 100_000  # Monte Carlo draws: the max-|t| critical value and the rank intervals
+DRAW_SEED = 0  # fixed: the same tables from the same results
+FGLS_ROUNDS = 10  # weight re-estimations at most (a fixed point is reached in 3-4)
+FGLS_TOLERANCE = 1e-10  # relative change of every sigma[N] that counts as the fixed point
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _formula(data: pd.DataFrame, seed: bool = False) -> str:
+    terms = ["0 + C(cell)"]
+    terms += ["C(path, Sum)"] if data["path"].nunique() > 1 else []
+    terms += ["C(seed, Sum)"] if seed and data["seed"].nunique() > 1 else []
+    return "y ~ " + " + ".join(terms)
+
+
+def _fgls(data: pd.DataFrame):
+    """(fit, {N: sigma}) of the model with weights 1 / sigma[N]^2 at their fixed point."""
+    formula, weights, sigma = _formula(data), np.ones(len(data)), {}
+    groups = {n: np.flatnonzero(data["N"].to_numpy() == n) for n in sorted(data["N"].unique())}
+    for _ in range(FGLS_ROUNDS):
+        with warnings.catch_warnings():  # refused below, with the reason
+            warnings.simplefilter("ignore", SingularMatrixWarning)
+            fit = smf.wls(formula, data, weights=weights).fit()
+        x = fit.model.wexog
+        if np.linalg.matrix_rank(x) < x.shape[1]:
+            raise ValueError("the leaderboard model cannot tell a processor kind from the methods "
+                             "run on it: run the reference rows on every kind")
+        if fit.df_resid < 1:
+            raise ValueError("the leaderboard model has no residual degrees of freedom: it needs "
+                             "cells with more than one seed")
+        x = fit.model.wexog
+        leverage = np.einsum("ij,jk,ik->i", x, np.linalg.pinv(x.T @ x), x)
+        resid = np.asarray(fit.resid)
+        pooled = float(resid @ (resid * weights) / fit.df_resid)  # in the weighted scale
+        new = {}
+        for n, rows in groups.items():
+            dof = float((1 - leverage[rows]).sum())
+            # an N without a residual degree of freedom of its own takes the pooled variance
+            new[n] = (float(resid[rows] @ resid[rows]) / dof if dof >= 1
+                      else pooled / float(weights[rows].mean()))
+        if any(v <= 0 for v in new.values()):
+            raise ValueError(f"the leaderboard model's residual variance is 0 at some N ({new}): "
+                             f"its cells do not vary across seeds")
+        done = sigma and all(abs(new[n] - sigma[n]) <= FGLS_TOLERANCE * sigma[n] for n in new)
+        sigma = new
+        weights = 1 / data["N"].map(sigma).to_numpy()
+        if done:
+            break
+    fit = smf.wls(formula, data, weights=weights).fit()
+    return fit, {n: math.sqrt(v) for n, v in sigma.items()}, weights
+
+
+def _seed_test(data: pd.DataFrame, fit, weights, sigma: dict) -> dict:
+    """{F, p, tau}: the model with a fixed seed term against the model, same weights (F, p: None
+    with one seed)."""
+    if data["seed"].nunique() < 2:
+        return {"F": None, "p": None, "tau": None}
+    with warnings.catch_warnings():  # a seed first run on a new kind: rank-deficient, and tested by rank
+        warnings.simplefilter("ignore", SingularMatrixWarning)
+        with_seed = smf.wls(_formula(data, seed=True), data, weights=weights).fit()
+    f, p, _ = with_seed.compare_f_test(fit)
+    return {"F": float(f), "p": float(p), "tau": _moment_sd(f, data["seed"], sigma)}
+
+
+def _moment_sd(f: float, levels: pd.Series, sigma: dict) -> float:
+    """The ANOVA moment estimate of a factor's SD (points) from its F statistic; `levels`: each
+    run's level."""
+    n, counts = len(levels), levels.value_counts().to_numpy()
+    n0 = (n - float((counts ** 2).sum()) / n) / (len(counts) - 1)
+    s2 = sum(v ** 2 for v in sigma.values()) / len(sigma)
+    return math.sqrt(max(0.0, f - 1) * s2 / n0)
+
+
+def _contrast(fit, cells: dict) -> np.ndarray:
+    """The parameter vector's weights of sum(weight * mu[cell]) for cells {(method, N): weight}."""
+    names = list(fit.params.index)
+    v = np.zeros(len(names))
+    for (m, n), w in cells.items():
+        v[names.index(f"C(cell)[{m}@{n}]")] += w
+    return v
+
+
+def _factor_effects(fit, factor: str, sigma: dict) -> tuple:
+    """({level: (effect, 95% half-width)}, tau, F, p) of a sum-to-zero factor of the model
+    ('path'); empty and None where the model has no such term."""
+    names = list(fit.params.index)
+    idx = [i for i, n in enumerate(names) if n.startswith(f"C({factor}, Sum)")]
+    if not idx:
+        return {}, None, None, None
+    levels = sorted(fit.model.data.frame[factor].unique())
+    a = np.zeros((len(levels), len(names)))  # level effects from the L - 1 parameters
+    for row, i in enumerate(idx):
+        a[row, i] = 1
+        a[-1, i] = -1
+    effects, cov = a @ fit.params.to_numpy(), a @ fit.cov_params().to_numpy() @ a.T
+    q = scipy.stats.t.ppf(1 - ALPHA / 2, fit.df_resid)
+    table = {lvl: (float(e), float(q * math.sqrt(cov[i, i]))) for i, (lvl, e) in enumerate(zip(levels, effects))}
+    test = fit.f_test(np.eye(len(names))[idx])
+    f = float(np.squeeze(test.fvalue))
+    return table, _moment_sd(f, fit.model.data.frame[factor], sigma), f, float(test.pvalue)
+
+
+def _holm_pairs(est: np.ndarray, cov: np.ndarray, df: float) -> tuple:
+    """([(i, j)], Holm-adjusted p-values) of every pair i < j of score differences."""
+    pairs = [(i, j) for i in range(len(est)) for j in range(i + 1, len(est))]
+    if not pairs:
+        return [], np.zeros(0)
+    p = [2 * scipy.stats.t.sf(abs(est[i] - est[j]) / math.sqrt(cov[i, i] + cov[j, j] - 2 * cov[i, j]), df)
+         for i, j in pairs]
+    return pairs, multipletests(p, alpha=ALPHA, method="holm")[1]
+
+
+def letter_display(names: list, est: list, different: list) -> dict:
+    """{name: letters}: a compact letter display (Piepho's insert-absorb) of the pairs found
+    different; names sharing a letter are not. Letters in order of the best estimate of each
+    group."""
+    groups = [frozenset(names)]
+    for a, b in different:
+        split = []
+        for g in groups:
+            split += [g - {a}, g - {b}] if a in g and b in g else [g]
+        groups = []
+        for g in split:  # absorb: drop a group inside another, and repeats
+            if g and not any(g < h for h in split) and g not in groups:
+                groups.append(g)
+    best = dict(zip(names, est))
+    groups.sort(key=lambda g: (-max(best[n] for n in g), sorted(g)))
+    if len(groups) > len(LETTERS):
+        raise ValueError(f"{len(groups)} tiers: more than {len(LETTERS)} letters")
+    return {n: "".join(LETTERS[k] for k, g in enumerate(groups) if n in g) for n in names}
+
+
+def seeds_needed(delta: float, sd_score: float, family: int) -> int:
+    """Seeds per row for POWER to find a difference `delta` between two rows' scores at the
+    Bonferroni level ALPHA / family (two-sided; a normal approximation)."""
+    z = scipy.stats.norm.ppf(1 - ALPHA / (2 * family)) + scipy.stats.norm.ppf(POWER)
+    return math.ceil(2 * sd_score ** 2 * z ** 2 / delta ** 2)
+
+
+def fit_leaderboard(data: pd.DataFrame) -> dict:
+    """The model and everything the leaderboard shows from it. data: one row per run with
+    columns method, N, seed, path (the rounding path's name) and y (final accuracy, %).
+    Methods that lack a run at one of STALE_DELAYS have no score and are left out of the
+    comparisons."""
+    data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
+    fit, sigma, weights = _fgls(data)
+    have = set(zip(data["method"], data["N"]))
+    methods = sorted({m for m in data["method"] if all((m, n) in have for n in STALE_DELAYS)})
+    share = 1 / len(STALE_DELAYS)
+    score_l = np.array([_contrast(fit, {(m, n): share for n in STALE_DELAYS}) for m in methods])
+    params, cov_p, df = fit.params.to_numpy(), fit.cov_params().to_numpy(), fit.df_resid
+    est, cov = score_l @ params, score_l @ cov_p @ score_l.T
+    q = scipy.stats.t.ppf(1 - ALPHA / 2, df)
+    out = {"fit": fit, "sigma": sigma, "df": df, "methods": methods, "n_runs": len(data),
+           "score": {m: (float(e), float(q * math.sqrt(cov[i, i]))) for i, (m, e) in enumerate(zip(methods, est))},
+           "drop": {}}
+    for i, m in enumerate(methods):
+        if (m, 0) in have:
+            v = score_l[i] - _contrast(fit, {(m, 0): 1})
+            out["drop"][m] = (float(v @ params), float(q * math.sqrt(v @ cov_p @ v)))
+    rng = np.random.default_rng(DRAW_SEED)
+    # the reference family: every method against each reference it is not
+    refs = [r for r in REFERENCES if r in methods]
+    family = [(m, r) for r in refs for m in methods if m != r]
+    out["vs"] = {r: {} for r in refs}
+    if family:
+        c = np.array([score_l[methods.index(m)] - score_l[methods.index(r)] for m, r in family])
+        diff, cov_d = c @ params, c @ cov_p @ c.T
+        se = np.sqrt(np.diag(cov_d))
+        corr = cov_d / np.outer(se, se)
+        z = rng.multivariate_normal(np.zeros(len(family)), corr, size=DRAWS, method="eigh")
+        t = z / np.sqrt(rng.chisquare(df, size=(DRAWS, 1)) / df)
+        max_t = np.abs(t).max(axis=1)
+        crit = float(np.quantile(max_t, 1 - ALPHA))
+        for k, (m, r) in enumerate(family):
+            p_adj = float((max_t >= abs(diff[k]) / se[k]).mean())
+            out["vs"][r][m] = (float(diff[k]), crit * float(se[k]), p_adj)
+        out["vs_critical"], out["vs_family"] = crit, len(family)
+    pairs, p_holm = _holm_pairs(est, cov, df)
+    different = [(methods[i], methods[j]) for (i, j), p in zip(pairs, p_holm) if p < ALPHA]
+    out["tiers"] = letter_display(methods, list(est), different)
+    out["pairs"] = {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_holm)}
+    draws = rng.multivariate_normal(est, cov, size=DRAWS, method="eigh")
+    ranks = (-draws).argsort(axis=1).argsort(axis=1) + 1
+    out["rank"] = {m: (int(np.quantile(ranks[:, i], ALPHA / 2, method="lower")),
+                       int(np.quantile(ranks[:, i], 1 - ALPHA / 2, method="higher")))
+                   for i, m in enumerate(methods)}
+    out["sd_score"] = math.sqrt(sum(sigma[n] ** 2 for n in STALE_DELAYS if n in sigma)) / len(STALE_DELAYS)
+    out["path"] = dict(zip(("effects", "tau", "F", "p"), _factor_effects(fit, "path", sigma)))
+    out["seed"] = _seed_test(data, fit, weights, sigma)
+    resid = pd.Series(np.asarray(fit.resid), index=data.index)
+    by_n = [resid[g.index] for _, g in data.groupby("N")]
+    out["levene_n"] = scipy.stats.levene(*by_n) if len(by_n) > 1 else None
+    out["levene_methods"] = {}
+    for n, g in data.groupby("N"):
+        per_method = [resid[h.index] for _, h in g.groupby("method") if len(h) > 1]
+        if len(per_method) > 1:
+            out["levene_methods"][n] = scipy.stats.levene(*per_method)
+    return out
+
+
+def touching_rows(result: dict, max_seeds: int) -> dict:
+    """{method: the fewest seeds per row that would resolve one of its unresolved pairs} for the
+    methods in a pair the tiers cannot tell apart but that `max_seeds` seeds per row would (at
+    the observed difference, the pairwise family's Bonferroni level): where more seeds decide
+    a tier boundary."""
+    family = max(1, len(result["pairs"]))
+    need = {}
+    for (a, b), p in result["pairs"].items():
+        delta = abs(result["score"][a][0] - result["score"][b][0])
+        if p >= ALPHA and delta > 0:
+            n = seeds_needed(delta, result["sd_score"], family)
+            if n <= max_seeds:
+                for m in (a, b):
+                    need[m] = min(need.get(m, n), n)
+    return dict(sorted(need.items()))

@@ -1,0 +1,96 @@
+"""The leaderboard's model (stats.py) on data whose answers are known by hand."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+
+import stats
+
+DELAYS = (0, 8, 32, 128)
+
+
+def _frame(rows):
+    return pd.DataFrame(rows, columns=["method", "N", "seed", "path", "y"])
+
+
+def test_balanced_cells_give_the_cell_means_and_the_pooled_sd_per_n():
+    """Two methods, four seeds, one path; y = cell + a wobble (+1, -1, +2, -2) by seed, x 1, 2, 3,
+    4 at N = 0, 8, 32, 128, with opposite signs in the two methods. Balanced, so each cell's
+    estimate is its mean, the residuals are the wobbles, and sigma[N]^2 is their sum of squares
+    over 8 - 2 (the N's runs less its two cells). The seeds shift nothing (the wobbles cancel
+    across the methods): the seed test's F is 0."""
+    wobble = (1, -1, 2, -2)
+    cell = {("a", 0): 50, ("a", 8): 40, ("a", 32): 30, ("a", 128): 20,
+            ("b", 0): 52, ("b", 8): 30, ("b", 32): 20, ("b", 128): 10}
+    scale = {0: 1, 8: 2, 32: 3, 128: 4}
+    rows = [(m, n, s, "P", cell[(m, n)] + wobble[s] * scale[n] * (1 if m == "a" else -1))
+            for (m, n) in cell for s in range(4)]
+    r = stats.fit_leaderboard(_frame(rows))
+    assert r["score"]["a"][0] == pytest.approx(30.0, abs=1e-9)
+    assert r["score"]["b"][0] == pytest.approx(20.0, abs=1e-9)
+    assert r["drop"]["a"][0] == pytest.approx(30 - 50, abs=1e-9)
+    assert r["drop"]["b"][0] == pytest.approx(20 - 52, abs=1e-9)
+    assert r["seed"]["F"] == pytest.approx(0, abs=1e-9) and r["seed"]["tau"] == 0
+    for n in DELAYS:
+        ss = 2 * sum((w * scale[n]) ** 2 for w in wobble)  # both methods
+        assert r["sigma"][n] == pytest.approx(math.sqrt(ss / (8 - 2)), rel=1e-9)
+    assert r["df"] == 32 - 8
+
+
+def test_the_rounding_path_factor_undoes_a_confounded_design():
+    """Method 'b' ran only on path Q for seeds 0-1, 'grpo_tis' on both paths at every seed; path
+    Q adds +6 points to every run. The raw mean credits 'b' with part of Q's +6; the model
+    recovers b - grpo_tis = 10 (+- the noise) and Q - P = 6."""
+    noise = [0.03, -0.02, 0.01, -0.04, 0.025, -0.005]
+    rows, k = [], 0
+    for seed in range(3):
+        for n in DELAYS:
+            for path in ("P", "Q"):
+                rows.append(("grpo_tis", n, seed, path, 20 + 6 * (path == "Q") + noise[k % 6]))
+                k += 1
+            path = "Q" if seed < 2 else "P"
+            rows.append(("b", n, seed, path, 30 + 6 * (path == "Q") + noise[k % 6]))
+            k += 1
+    data = _frame(rows)
+    raw = data[data.method == "b"].y.mean() - data[data.method == "grpo_tis"].y.mean()
+    assert raw == pytest.approx(10 + 6 * (2 / 3 - 1 / 2), abs=0.3)  # biased by the design
+    r = stats.fit_leaderboard(data)
+    diff, half, p = r["vs"]["grpo_tis"]["b"]
+    assert diff == pytest.approx(10, abs=0.3) and p < 0.001
+    effects = r["path"]["effects"]
+    assert effects["Q"][0] - effects["P"][0] == pytest.approx(6, abs=0.3)
+    # a family of one difference: the max-|t| critical value is the t quantile (Monte Carlo)
+    assert r["vs_family"] == 1
+    assert r["vs_critical"] == pytest.approx(scipy.stats.t.ppf(0.975, r["df"]), abs=0.03)
+    assert 0 < half < 0.3 and r["tiers"] == {"b": "a", "grpo_tis": "b"}
+    assert r["rank"] == {"b": (1, 1), "grpo_tis": (2, 2)}
+
+
+def test_letter_display_by_hand():
+    """a > b > c > d; a differs from c and d, b from d: tiers {a, b}, {b, c}, {c, d}... here c
+    and d are not found different, so c shares b's and d's letters."""
+    letters = stats.letter_display(["a", "b", "c", "d"], [4, 3, 2, 1], [("a", "c"), ("a", "d"), ("b", "d")])
+    assert letters == {"a": "a", "b": "ab", "c": "bc", "d": "c"}
+    assert stats.letter_display(["x", "y"], [1, 2], []) == {"x": "a", "y": "a"}
+    assert stats.letter_display(["x", "y"], [1, 2], [("x", "y")]) == {"x": "b", "y": "a"}
+
+
+def test_seeds_needed_by_hand():
+    """n = 2 sd^2 (z[1 - alpha / 2f] + z[power])^2 / delta^2: sd 5, delta 5, one comparison:
+    2 (1.95996 + 0.84162)^2 = 15.70 -> 16; a family of 10: z[0.9975] = 2.80703, 2 x 3.64865^2 =
+    26.63 -> 27."""
+    assert stats.seeds_needed(5, 5, 1) == 16
+    assert stats.seeds_needed(5, 5, 10) == 27
+    assert stats.seeds_needed(10, 5, 1) == 4  # a quarter: 3.93 -> 4
+
+
+def test_a_cell_without_replicates_or_a_kind_of_one_method_is_refused():
+    rows = [("a", n, 0, "P", 10.0 + n) for n in DELAYS]
+    with pytest.raises(ValueError, match="no residual degrees of freedom"):
+        stats.fit_leaderboard(_frame(rows))
+    rows = [("a", n, s, "P", 10.0 + n + s) for n in DELAYS for s in (0, 1)]
+    rows += [("b", n, s, "Q", 10.0 + n - s) for n in DELAYS for s in (0, 1)]  # b only on Q
+    with pytest.raises(ValueError, match="run the reference rows on every kind"):
+        stats.fit_leaderboard(_frame(rows))
