@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard direction processors tables test setup clean
+.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds direction processors tables test setup clean
 
 setup: .venv/ready
 
@@ -74,11 +74,20 @@ fig10: .venv/ready
 	$(PY) sweep.py configs/sweep_fig10_toy.yaml --jobs auto
 	$(PY) plot.py fig10 runs/fig10_toy --out figures/fig10_toy.png
 
-# Toy leaderboard v2: every registered objective (+ PPO against the sampler) x N in {0, 8, 32, 128}
-# x 3 seeds, 300 updates (runs/leaderboard_toy; each finished run's results kept in
+# Toy leaderboard, its first three seeds: every registered objective (+ PPO against the sampler)
+# x N in {0, 8, 32, 128} x seeds 0-2, 300 updates (runs/leaderboard_toy; each finished run's results kept in
 # results/leaderboard_toy, and a run whose results are there is skipped), then `make tables`.
 leaderboard: .venv/ready
 	$(PY) sweep.py configs/sweep_leaderboard_toy.yaml --jobs auto
+	$(MAKE) tables
+
+# The leaderboard v3's seed ladder: the references (GRPO, GRPO+TIS, PPO against the sampler) at
+# seeds 3-9 first, then every other row; in blocks of one seed and one N, so that a block made on
+# one machine shares one rounding path (each run's results kept in results/leaderboard_toy, as
+# v2's, and skipped once there: the ladder grows across machines and sessions), then `make tables`.
+leaderboard-seeds: .venv/ready
+	$(PY) sweep.py configs/sweep_leaderboard_v3_toy.yaml --jobs auto
+	$(PY) sweep.py configs/sweep_leaderboard_v3_rows_toy.yaml --jobs auto
 	$(MAKE) tables
 
 # The direction ablation: token MIS, band wide/narrow x masking both sides/the harmful side only.
@@ -94,8 +103,8 @@ processors: .venv/ready
 	$(PY) sweep.py configs/sweep_processor_intel_toy.yaml --jobs auto
 	$(MAKE) tables
 
-# Every table and figure of the kept results (results/), remade from them: the leaderboard v2
-# (figures/leaderboard_v3_toy.png, .md, and _k3.png), the direction ablation
+# Every table and figure of the kept results (results/), remade from them: the leaderboard v3
+# (figures/leaderboard_v3_toy.png, .md, and _k3.png: tiers from the pooled model of stats.py), the direction ablation
 # (figures/direction_toy.png, .md) and the same runs on other processors
 # (figures/processor_toy.png and processor_intel_toy.png, .md: configs/sweep_processor*_toy.yaml
 # against the leaderboard). The same bytes on the same library versions: on a fresh clone, git

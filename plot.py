@@ -32,6 +32,7 @@ import sys
 from collections import defaultdict
 
 import matplotlib
+import numpy as np
 import pandas as pd
 import scipy.stats
 import yaml
@@ -539,6 +540,7 @@ LATE_EVALS = 3  # the late-evaluation measure: the mean of a run's last LATE_EVA
 LATE_SPAN = 0.15  # ... when they all lie in the last LATE_SPAN of its updates (e.g. 260-300 of 300)
 POWER_DELTAS = (2, 3, 5, 8, 10)  # differences (points) the power table prints seeds for
 LADDER_SEEDS = 10  # rows whose tier more seeds can settle get this many (the seed ladder)
+ANCHORS = ("m2po", "vespo", "vcpo", "gepo")  # published with a staleness claim (docs/leaderboard.md)
 
 
 def t_interval(values: list) -> tuple:
@@ -619,7 +621,18 @@ def late_measure_lines(runs: list) -> list:
     return lines
 
 
-def model_lines(result: dict, runs_by_method: dict, order: list) -> list:
+def _cell_difference(result: dict, m: str, a: int, b: int) -> tuple:
+    """(mu[m, a] - mu[m, b], its 95% t half-width) from the fitted model."""
+    fit = result["fit"]
+    names = list(fit.params.index)
+    v = [0.0] * len(names)
+    v[names.index(f"C(cell)[{m}@{a}]")], v[names.index(f"C(cell)[{m}@{b}]")] = 1.0, -1.0
+    test = fit.t_test([v])
+    half = float(scipy.stats.t.ppf(0.975, fit.df_resid) * np.squeeze(test.sd))
+    return float(np.squeeze(test.effect)), half
+
+
+def model_lines(result: dict, runs_by_method: dict, order: list, delays: list) -> list:
     """The generated summary under the leaderboard's table: the model, its variance, the
     rounding-path and seed effects, the design (method x path), and the seeds comparisons need."""
     fit, sigma = result["fit"], result["sigma"]
@@ -668,6 +681,16 @@ def model_lines(result: dict, runs_by_method: dict, order: list) -> list:
             if m in runs_by_method:
                 n = [sum(r["path"] == p for r in runs_by_method[m]) for p in paths]
                 lines.append(f"| {name(m)} | " + " | ".join(map(str, n)) + " |")
+    anchors = [m for m in ANCHORS if all((m, n) in result["cell"] for n in delays)]
+    if anchors:
+        lines += ["", "**The anchors' cells** (the four corrections published with a staleness claim; "
+                  "the model's cell means, 95% t, and the drop from N = 0 to the largest N):", "",
+                  "| method | " + " | ".join(f"N={n}" for n in delays) + f" | N=0 - N={delays[-1]} |",
+                  "| --- |" + " --- |" * (len(delays) + 1)]
+        for m in anchors:
+            drop = _cell_difference(result, m, 0, delays[-1])
+            lines.append(f"| {name(m)} | " + " | ".join(pm(*(v / 100 for v in result["cell"][(m, n)]))
+                                                          for n in delays) + f" | {pm(*(v / 100 for v in drop))} |")
     sd, pairs = result["sd_score"], max(1, len(result["pairs"]))
     vs = max(1, result.get("vs_family", 1))
     lines += ["", f"**Seeds a comparison needs** (per row, {stats.POWER:.0%} power, two-sided, "
@@ -742,12 +765,28 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     by_method = defaultdict(list)
     for (m, _), rs in groups.items():
         by_method[m] += [{"path": r["path"]} for r in rs]
-    lines += model_lines(result, by_method, order) + late_measure_lines(runs)
+    base = base_accuracy(runs)
+    if base:
+        lines += ["", f"The base model (toy_base/ before any update: its evaluation at update 0, mean over "
+                  f"the {len(base)} seeds' samples): {100 * mean(list(base.values())):.1f} "
+                  f"({100 * min(base.values()):.1f}-{100 * max(base.values()):.1f})."]
+    lines += model_lines(result, by_method, order, delays) + late_measure_lines(runs)
     fig = ranking_view(ranked, cells, result, delays, order, runs)
     finish(fig, fig.axes[:1], out, f"Leaderboard: tiers, staleness score and final mean accuracy (%) "
                                    f"per N ({seeds_note(runs)}); diagnostics over the last 10% of updates",
            lines, runs)
     k3_view(groups, order, os.path.splitext(out)[0] + "_k3.png")
+
+
+def base_accuracy(runs: list) -> dict:
+    """{seed: the base model's accuracy}: the evaluation at update 0 (the same weights at every
+    seed; the evaluation's samples differ by seed)."""
+    base = {}
+    for r in runs:
+        updates, accuracy = series(r["rows"], eval_key(r["rows"], "mean@", average=True))
+        if updates and updates[0] == 0:
+            base[r["seed"]] = accuracy[0]
+    return dict(sorted(base.items()))
 
 
 def ranking_view(ranked: list, cells: dict, result: dict, delays: list, order: list, runs: list):
@@ -774,11 +813,7 @@ def ranking_view(ranked: list, cells: dict, result: dict, delays: list, order: l
                         textcoords="offset points", ha="right", va="center", fontsize=7)
         elif partial_score(cells[name]) is not None:
             ax.scatter([100 * partial_score(cells[name])], [y], facecolors="none", edgecolors=color)
-    base = {}  # the same weights at every seed; the evaluation's samples differ by seed
-    for r in runs:
-        updates, accuracy = series(r["rows"], eval_key(r["rows"], "mean@", average=True))
-        if updates and updates[0] == 0:
-            base[r["seed"]] = accuracy[0]
+    base = base_accuracy(runs)
     if base:
         ax.axvline(100 * mean(list(base.values())), color="gray", linestyle=":",
                    label="base model (update 0)")

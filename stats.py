@@ -29,6 +29,7 @@ The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage po
 
 From the fit (cov: the parameters' covariance; t quantiles on the residual degrees of freedom):
 
+- cell[m, N] = mu[m, N] with its 95% t interval.
 - score[m] = mean over N in STALE_DELAYS of mu[m, N], a linear contrast, with its 95% t
   interval; drop[m] = score[m] - mu[m, 0], the mean loss from that method's own on-policy cell.
 - vs a reference: score[m] - score[ref] for every method and each of REFERENCES, one family,
@@ -216,7 +217,11 @@ def fit_leaderboard(data: pd.DataFrame) -> dict:
     params, cov_p, df = fit.params.to_numpy(), fit.cov_params().to_numpy(), fit.df_resid
     est, cov = score_l @ params, score_l @ cov_p @ score_l.T
     q = scipy.stats.t.ppf(1 - ALPHA / 2, df)
-    out = {"fit": fit, "sigma": sigma, "df": df, "methods": methods, "n_runs": len(data),
+    cell = {}
+    for m, n in sorted(have):
+        v = _contrast(fit, {(m, n): 1})
+        cell[(m, n)] = (float(v @ params), float(q * math.sqrt(v @ cov_p @ v)))
+    out = {"fit": fit, "sigma": sigma, "df": df, "methods": methods, "n_runs": len(data), "cell": cell,
            "score": {m: (float(e), float(q * math.sqrt(cov[i, i]))) for i, (m, e) in enumerate(zip(methods, est))},
            "drop": {}}
     for i, m in enumerate(methods):
