@@ -765,6 +765,11 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     by_method = defaultdict(list)
     for (m, _), rs in groups.items():
         by_method[m] += [{"path": r["path"]} for r in rs]
+    letters = sorted({c for t in result["tiers"].values() for c in t}, key=stats.LETTERS.index)
+    lines += ["", "Tiers (methods that share a letter cannot be told apart; a method with several letters "
+              "sits between tiers): " + "; ".join(
+                  f"{c}: " + ", ".join(method_style(m, order)[0] for m in ranked if c in result["tiers"].get(m, ""))
+                  for c in letters) + "."]
     base = base_accuracy(runs)
     if base:
         lines += ["", f"The base model (toy_base/ before any update: its evaluation at update 0, mean over "

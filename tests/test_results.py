@@ -3,6 +3,7 @@ a run whose results are kept, and that plot.py reads them as it reads the run fo
 import gzip
 import json
 import os
+import re
 
 import yaml
 
@@ -102,3 +103,27 @@ def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
         committed = os.path.join(ROOT, os.path.splitext(out)[0] + ".md")
         assert open(os.path.splitext(remade)[0] + ".md").read() == open(committed).read(), \
             f"{committed} is not what `make tables` makes from {results}: run make tables"
+
+
+def test_the_leaderboard_readings_hold_in_the_generated_table():
+    """The readings docs/leaderboard.md and the README state about the leaderboard, checked
+    against the committed table (figures/leaderboard_v3_toy.md, which the test above checks is
+    what `make tables` makes): a reading that stops holding as seeds land fails here."""
+    with open(os.path.join(ROOT, "figures", "leaderboard_v3_toy.md")) as f:
+        text = f.read()
+    header, _, *body = text.split("\n\n")[1].splitlines()
+    columns = header.strip("| ").split(" | ")
+    rows = {cells[1]: dict(zip(columns, cells)) for cells in (l.strip("| ").split(" | ") for l in body)}
+    vs_tis, vs_grpo = "vs GRPO+TIS (simultaneous 95%)", "vs GRPO (simultaneous 95%)"
+    ppo = rows["PPO vs sampler (GRPO, behavior anchor)"]
+    above = lambda cell: cell.startswith("+") and cell.endswith("*")  # interval above zero
+    assert above(ppo[vs_tis]) and above(ppo[vs_grpo])
+    top = [name for name, row in rows.items() if "a" in row["tier"]]
+    assert top and all(above(rows[m][vs_tis]) and above(rows[m][vs_grpo]) for m in top)
+    assert set(rows["GRPO+TIS"]["tier"]) & set(rows["GRPO"]["tier"])
+    levene = re.search(r"Levene across N: W = [\d.]+, p = ([\d.e-]+); across methods within each N: (.*)\.", text)
+    assert float(levene.group(1)) < 0.05
+    assert all(float(p) >= 0.05 for p in re.findall(r"p = ([\d.e-]+)", levene.group(2)))
+    path = re.search(r"\*\*Rounding path effects\*\* .*?F = [\d.]+, p = ([\d.e-]+);", text)
+    seed = re.search(r"\*\*The seed\*\* .*?F = [\d.]+, p = ([\d.e-]+);", text)
+    assert float(path.group(1)) < 0.05 and float(seed.group(1)) >= 0.05
