@@ -471,10 +471,20 @@ def rollout_logp(cfg: dict, model, rollouts: list, pad_id: int) -> list:
 
 
 def response_grad_sq(cfg: dict, model, rollouts: list, pad_id: int) -> torch.Tensor:
-    """Per rollout, ||grad_theta sum_t log pi(y_t)||^2 under `model` at the sampling temperature
-    and the learner's autocast: [B] float64, one forward and one backward pass per response
-    (VCPO's baseline weighs each response by it). The gradients are read and dropped; p.grad
-    is left as it was."""
+    """Per rollout, G_i = ||grad_theta sum_t log pi(y_t)||^2 under `model` at the sampling
+    temperature and the learner's autocast: [B] float64 (VCPO's baseline weighs each response by
+    it). One forward and one backward pass per micro-batch (ghost_grad_sq) where every module
+    with trainable parameters is one ghost_grad_sq knows; otherwise one pair per response
+    (response_grad_sq_loop). p.grad is left as it was."""
+    if ghost_modules(model) is None:
+        return response_grad_sq_loop(cfg, model, rollouts, pad_id)
+    mb = cfg["micro_batch_size"]
+    return torch.cat([ghost_grad_sq(cfg, model, rollouts[i:i + mb], pad_id)
+                      for i in range(0, len(rollouts), mb)])
+
+
+def response_grad_sq_loop(cfg: dict, model, rollouts: list, pad_id: int) -> torch.Tensor:
+    """response_grad_sq by one forward and one backward pass per response: any architecture."""
     params = [p for p in model.parameters() if p.requires_grad]
     out, chunk = [], chunk_tokens(cfg, model)
     for r in rollouts:
@@ -484,6 +494,122 @@ def response_grad_sq(cfg: dict, model, rollouts: list, pad_id: int) -> torch.Ten
         grads = torch.autograd.grad((logp * mask).sum(), params, allow_unused=True)
         out.append(sum(g.double().pow(2).sum() for g in grads if g is not None))
     return torch.stack(out)
+
+
+# RMSNorm classes whose forward is weight * (x32 * rsqrt(mean(x32^2) + eps)).to(x.dtype), x32 = x
+# in float32: the per-sample gradient of their weight is recomputed from their input
+RMS_NORMS = ("Qwen3RMSNorm", "Qwen2RMSNorm", "LlamaRMSNorm")
+
+
+def ghost_modules(model):
+    """{module: kind} of every module that holds trainable parameters, kind "linear", "embedding"
+    or "rms_norm"; None if one is of another kind, or if a parameter is shared other than as a
+    tied input embedding and bias-free output layer (ghost_grad_sq knows no other)."""
+    kinds, users = {}, {}
+    for module in model.modules():
+        own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+        if not own:
+            continue
+        if isinstance(module, torch.nn.Linear):
+            kinds[module] = "linear"
+        elif isinstance(module, torch.nn.Embedding):
+            kinds[module] = "embedding"
+        elif type(module).__name__ in RMS_NORMS and [n for n, _ in module.named_parameters(recurse=False)] == ["weight"]:
+            kinds[module] = "rms_norm"
+        else:
+            return None
+        for p in own:
+            users.setdefault(id(p), []).append(module)
+    for shared in (u for u in users.values() if len(u) > 1):
+        if sorted(kinds[m] for m in shared) != ["embedding", "linear"] or \
+                any(kinds[m] == "linear" and m.bias is not None for m in shared):
+            return None
+    return kinds
+
+
+def ghost_grad_sq(cfg: dict, model, rollouts: list, pad_id: int) -> torch.Tensor:
+    r"""response_grad_sq of one micro-batch by per-sample ("ghost") norms: one forward pass, one
+    backward pass to the activations only (no parameter gradient is formed), and per module the
+    exact per-response norm of its parameters' gradient from its input a and its output's
+    gradient g (response i's tokens t, s; float64):
+
+        linear weight:  ||sum_t g_t a_t^T||^2 = sum_{t,s} (a_t . a_s)(g_t . g_s)   (or the outer
+                        product itself, whichever is cheaper);  bias: ||sum_t g_t||^2
+        embedding:      sum_{t,s: id_t = id_s != padding_idx} g_t . g_s
+        RMSNorm weight: ||sum_t g_t * u_t||^2, u the normalized input as the module computes it
+        tied embedding and output layer W: ||E + H||^2 = ||E||^2 + ||H||^2 + 2 <E, H>, with
+        <E, H> = sum_s e_s . H[id_s], H[v] = sum_t g_{t,v} h_t (h the head's input)
+
+    and G_i the sum over modules. Each sequence gets its own row (no packing, no shared prompt:
+    a shared prompt's activations would carry several responses' gradients). The output layer
+    runs on all response tokens at once (no logits chunks). Memory: that of a backward pass
+    without parameter gradients, plus per module two [B, L, L] Gram matrices (L the row width)
+    or one [B, d_out, d_in] outer product, and for a tied head [B, L, d]."""
+    device = next(model.parameters()).device
+    kinds = ghost_modules(model)
+    inputs = batch_inputs(rollouts, pad_id, model.config.hidden_size, may_pack=False, may_share=False)
+    inputs = {k: v if v is None else v.to(device) for k, v in inputs.items()}
+    B, ids = len(rollouts), inputs["ids"]
+    total = torch.zeros(B, dtype=torch.float64, device=device)
+    embedding = model.get_input_embeddings()
+    tied = {m for m, kind in kinds.items() if kind == "linear" and m.weight is embedding.weight}
+    head_rows = {}  # for a tied head: H[id_s] per sequence position, [B, L, d]
+    calls, embedding_out = {}, []
+
+    def per_sample(x):  # [B, L, ...] rows already, or the head's [n, d] response tokens -> [B, T, d]
+        if x.dim() >= 3 and x.size(0) == B:
+            return x.reshape(B, -1, x.size(-1)).double()
+        out = x.new_zeros((B, inputs["mask"].size(1), x.size(-1)), dtype=torch.float64)
+        return out.index_put((inputs["rows"], inputs["cols"]), x.double())
+
+    def gram_dot(a, g):  # sum_{t,s} (a_t . a_s)(g_t . g_s) per sample, or via the outer product
+        L = a.size(1)
+        if L * L * (a.size(2) + g.size(2)) <= L * a.size(2) * g.size(2):
+            return (a @ a.transpose(1, 2) * (g @ g.transpose(1, 2))).sum((1, 2))
+        return (g.transpose(1, 2) @ a).pow(2).sum((1, 2))
+
+    def on_grad(module, x, grad):
+        nonlocal total
+        kind, g = kinds[module], per_sample(grad)
+        if kind == "linear":
+            a = per_sample(x)
+            total = total + gram_dot(a, g)
+            if module.bias is not None:
+                total = total + g.sum(1).pow(2).sum(1)
+            if module in tied:  # H[id_s] = sum_t g_{t, id_s} h_t, for <E, H> at the embedding
+                picked = g.gather(2, ids[:, None, :].expand(B, g.size(1), ids.size(1)))
+                head_rows["H"] = picked.transpose(1, 2) @ a
+        elif kind == "embedding":
+            real = (ids != module.padding_idx) if module.padding_idx is not None else torch.ones_like(ids, dtype=torch.bool)
+            same = (ids[:, :, None] == ids[:, None, :]) & real[:, :, None] & real[:, None, :]
+            total = total + (same * (g @ g.transpose(1, 2))).sum((1, 2))
+            if "H" in head_rows:
+                total = total + 2 * (head_rows.pop("H") * g * real[:, :, None]).sum((1, 2))
+        else:
+            x32 = x.to(torch.float32)
+            u = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + module.variance_epsilon)).to(x.dtype)
+            total = total + (g * per_sample(u)).sum(1).pow(2).sum(1)
+
+    def on_forward(module, args, output):
+        calls[module] = calls.get(module, 0) + 1
+        if module is embedding:
+            embedding_out.append(output)
+        if output.requires_grad:
+            x = args[0].detach()
+            output.register_hook(lambda grad: on_grad(module, x, grad))
+
+    handles = [m.register_forward_hook(on_forward) for m in kinds]
+    try:
+        with autocast(cfg):
+            logp, mask, _ = response_logp(model, inputs, chunk_tokens=0, temperature=cfg["temperature"])
+        if any(n != 1 for n in calls.values()) or len(calls) != len(kinds):
+            raise RuntimeError("ghost_grad_sq: a module with parameters ran other than once in the "
+                               "forward pass; use response_grad_sq_loop")
+        torch.autograd.grad((logp * mask).sum(), embedding_out)  # the hooks add up `total`
+    finally:
+        for h in handles:
+            h.remove()
+    return total.cpu()
 
 
 def ragged(logp, rollouts: list) -> list:

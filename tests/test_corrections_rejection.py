@@ -355,3 +355,24 @@ def test_vcpo_learn_scales_the_step_by_the_whole_batchs_ess_and_micro_batches_ad
     assert "time/grad_sq" in m_full
     assert m_split["vcpo_baseline_mean"] == pytest.approx(m_full["vcpo_baseline_mean"])
     assert (split - full).abs().max() <= 1e-4 * full.abs().max()
+
+
+def test_response_grad_sq_in_one_pass_equals_the_loop_in_float64(toy_model):
+    """learner.response_grad_sq (per-sample "ghost" norms: one forward and one backward pass per
+    micro-batch) against response_grad_sq_loop (one pair per response), float64 weights, the
+    toy's tied embedding and output layer, its RMSNorms, tokens equal to the padding index, and
+    micro-batches of 8 over 16 responses: equal to 1e-10 relative; p.grad untouched. A module
+    ghost_grad_sq does not know sends the model to the loop."""
+    import learner
+    cfg, rollouts, _ = toy_batch()
+    for r in rollouts[::3]:
+        r.response_ids[0] = 0  # the embedding's padding_idx: no gradient to that row
+    cfg = {**cfg, "micro_batch_size": 8}
+    model, _, _ = learner.build_learner(cfg)
+    model = model.double()
+    assert learner.ghost_modules(model) is not None
+    got = learner.response_grad_sq(cfg, model, rollouts, 0)
+    want = learner.response_grad_sq_loop(cfg, model, rollouts, 0)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=0)
+    assert all(p.grad is None for p in model.parameters())
+    assert learner.ghost_modules(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2))) is None
