@@ -531,7 +531,7 @@ def ghost_grad_sq(cfg: dict, model, rollouts: list, pad_id: int) -> torch.Tensor
     r"""response_grad_sq of one micro-batch by per-sample ("ghost") norms: one forward pass, one
     backward pass to the activations only (no parameter gradient is formed), and per module the
     exact per-response norm of its parameters' gradient from its input a and its output's
-    gradient g (response i's tokens t, s; float64):
+    gradient g (response i's tokens t, s; products in the weights' precision, sums in float64):
 
         linear weight:  ||sum_t g_t a_t^T||^2 = sum_{t,s} (a_t . a_s)(g_t . g_s)   (or the outer
                         product itself, whichever is cheaper);  bias: ||sum_t g_t||^2
@@ -558,15 +558,15 @@ def ghost_grad_sq(cfg: dict, model, rollouts: list, pad_id: int) -> torch.Tensor
 
     def per_sample(x):  # [B, L, ...] rows already, or the head's [n, d] response tokens -> [B, T, d]
         if x.dim() >= 3 and x.size(0) == B:
-            return x.reshape(B, -1, x.size(-1)).double()
-        out = x.new_zeros((B, inputs["mask"].size(1), x.size(-1)), dtype=torch.float64)
-        return out.index_put((inputs["rows"], inputs["cols"]), x.double())
+            return x.reshape(B, -1, x.size(-1))
+        out = x.new_zeros((B, inputs["mask"].size(1), x.size(-1)))
+        return out.index_put((inputs["rows"], inputs["cols"]), x)
 
     def gram_dot(a, g):  # sum_{t,s} (a_t . a_s)(g_t . g_s) per sample, or via the outer product
-        L = a.size(1)
+        L, g = a.size(1), g.to(a.dtype)
         if L * L * (a.size(2) + g.size(2)) <= L * a.size(2) * g.size(2):
-            return (a @ a.transpose(1, 2) * (g @ g.transpose(1, 2))).sum((1, 2))
-        return (g.transpose(1, 2) @ a).pow(2).sum((1, 2))
+            return (a @ a.transpose(1, 2) * (g @ g.transpose(1, 2))).sum((1, 2), dtype=torch.float64)
+        return (g.transpose(1, 2) @ a).pow(2).sum((1, 2), dtype=torch.float64)
 
     def on_grad(module, x, grad):
         nonlocal total
@@ -575,20 +575,21 @@ def ghost_grad_sq(cfg: dict, model, rollouts: list, pad_id: int) -> torch.Tensor
             a = per_sample(x)
             total = total + gram_dot(a, g)
             if module.bias is not None:
-                total = total + g.sum(1).pow(2).sum(1)
+                total = total + g.sum(1).pow(2).sum(1, dtype=torch.float64)
             if module in tied:  # H[id_s] = sum_t g_{t, id_s} h_t, for <E, H> at the embedding
                 picked = g.gather(2, ids[:, None, :].expand(B, g.size(1), ids.size(1)))
                 head_rows["H"] = picked.transpose(1, 2) @ a
         elif kind == "embedding":
             real = (ids != module.padding_idx) if module.padding_idx is not None else torch.ones_like(ids, dtype=torch.bool)
             same = (ids[:, :, None] == ids[:, None, :]) & real[:, :, None] & real[:, None, :]
-            total = total + (same * (g @ g.transpose(1, 2))).sum((1, 2))
+            total = total + (same * (g @ g.transpose(1, 2))).sum((1, 2), dtype=torch.float64)
             if "H" in head_rows:
-                total = total + 2 * (head_rows.pop("H") * g * real[:, :, None]).sum((1, 2))
+                total = total + 2 * (head_rows.pop("H").to(g.dtype) * g * real[:, :, None]).sum(
+                    (1, 2), dtype=torch.float64)
         else:
             x32 = x.to(torch.float32)
             u = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + module.variance_epsilon)).to(x.dtype)
-            total = total + (g * per_sample(u)).sum(1).pow(2).sum(1)
+            total = total + (g * per_sample(u)).sum(1).pow(2).sum(1, dtype=torch.float64)
 
     def on_forward(module, args, output):
         calls[module] = calls.get(module, 0) + 1

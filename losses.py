@@ -118,7 +118,7 @@ def reads_old_logp(name):
 def needs_grad_sq(name):
     """True when objective ``name`` reads ``response_grad_sq`` (vcpo): per response the squared
     norm of the gradient of its log-prob, ||grad_theta sum_t logp||^2, which the trainer
-    measures with one backward pass per response (learner.response_grad_sq)."""
+    measures before the update (learner.response_grad_sq)."""
     _check_name(name)
     return LOSSES[name].needs_grad_sq
 
@@ -985,7 +985,7 @@ def vcpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     token-mean 1/n, under which the README's b is the variance-minimizing one. The cap 8 is the
     recipes' rollout_is_threshold; verl's default would be 2. The reference runs one backward
     pass per response (micro-batch size 1 asserted) and adds them into buffers; here the trainer
-    measures G_i with one forward and backward pass per response first (learner.response_grad_sq),
+    measures G_i first (learner.response_grad_sq: per-sample norms in one pass per micro-batch),
     then takes the usual micro-batched pass. At one update per batch the reference's setting is
     already this one (old = the learner, skip_recompute_old_log_prob, IS against the sampler).
     Not GRPO at logp == behavior_logp: b is the G-weighted mean reward and sigma the population std.
