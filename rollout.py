@@ -41,8 +41,11 @@ def in_process_engine() -> None:
 
 
 in_process_engine()
-# vLLM's CPU backend otherwise takes most of the machine's memory for KV cache
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# On the CPU the engine's KV cache is sized to what its batches need (cpu_kv_cache_bytes), not
+# vLLM's default (most of the machine's memory); VLLM_CPU_KVCACHE_SPACE (GiB), when set, wins.
+CPU_MAX_NUM_SEQS = 256  # sequences the engine runs at once: vLLM's CPU default, fixed here
+KV_BLOCK_TOKENS = 256  # the largest KV block of vLLM's CPU attention: a sequence holds whole blocks
+KV_FLOOR_BYTES = 16 * 2 ** 20  # never less (a tiny model's cache would round to a few blocks)
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # INFO logs every weight sync
 
 
@@ -85,8 +88,12 @@ class Sampler:
         # prefill; sync() resets the cache after every weight push, so no KV of older weights is
         # reused. Off on CPU: toy prompts are ~10 tokens (nothing to share) and the toy's samples
         # stay those its tables were made with.
+        sized = {}
+        if not on_gpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            sized = {"kv_cache_memory_bytes": cpu_kv_cache_bytes(model_path, dtype, max_model_len),
+                     "max_num_seqs": CPU_MAX_NUM_SEQS}
         self.llm = LLM(model=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
-                       gpu_memory_utilization=gpu_memory_utilization,
+                       gpu_memory_utilization=gpu_memory_utilization, **sized,
                        enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=on_gpu,
                        # vLLM's CPU runner cannot rewind a seeded request's generator when a prompt
                        # is split across steps ("CPU Generator does not use offset"): whole prompts
@@ -427,6 +434,25 @@ def sampler_kind(cfg: dict) -> str:
         print(f"sampler=auto: vLLM does not import ({why}); sampling with transformers "
               f"(rollout.TransformersSampler)", file=sys.stderr)
     return "transformers"
+
+
+def cpu_kv_cache_bytes(model_path: str, dtype: str, max_model_len: int,
+                       max_num_seqs: int = CPU_MAX_NUM_SEQS) -> int:
+    """KV cache bytes for `max_num_seqs` sequences of `max_model_len` tokens at once: 2 (keys
+    and values) x layers x KV heads x head dim x the dtype's bytes per token, each sequence in
+    whole blocks of KV_BLOCK_TOKENS, at least KV_FLOOR_BYTES. With it the cache never limits how
+    many sequences an engine step runs (max_num_seqs does), so the engine batches, and rounds,
+    as with any larger cache."""
+    import torch
+    with open(os.path.join(model_path, "config.json")) as f:
+        c = json.load(f)
+    c = c.get("text_config", c)
+    heads = c["num_attention_heads"]
+    head_dim = c.get("head_dim") or c["hidden_size"] // heads
+    per_token = 2 * c["num_hidden_layers"] * c.get("num_key_value_heads", heads) * head_dim \
+        * getattr(torch, dtype).itemsize
+    blocks = -(-max_model_len // KV_BLOCK_TOKENS)
+    return max(KV_FLOOR_BYTES, max_num_seqs * blocks * KV_BLOCK_TOKENS * per_token)
 
 
 def make_sampler(cfg: dict):

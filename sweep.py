@@ -294,14 +294,11 @@ def unfinished(sweep: dict) -> list:
 
 # ----------------------------------------------------------------------------- jobs here
 
-# A toy job (1 M parameters) gains little from a second core: on a 2-core AMD EPYC (Zen 3), two
-# toy runs (grpo, ggpo, N = 8, 60 updates) took 109 s with --jobs 2 (1 core each) against 147 s
-# with --jobs 1 (one job of 2 threads): 1.35x.
+# One core per toy job: a 1 M-parameter job gains little from a second core (docs/speed.md).
 CORES_PER_JOB = 1
-# Memory of one CPU job besides its model's weights: the engine's KV cache
-# (VLLM_CPU_KVCACHE_SPACE GiB, set in rollout.py) and ~1.5 GiB of process, libraries and buffers
-# (an estimate: a toy run's peak RSS is not measured yet; toy runs showed ~2-2.8 GB RSS in ps)
-JOB_MEMORY_GIB = 1.5
+# Memory of one CPU job besides its model's weights and its engine's KV cache: process, libraries
+# and buffers, from a toy job's measured peak RSS less its cache (docs/speed.md)
+JOB_MEMORY_GIB = 1.3
 
 
 def memory_available_gib():
@@ -326,9 +323,10 @@ def plan_jobs(jobs: str, runs: int, cfg: dict, cores_per_job: int = None) -> tup
     so auto gives every job the same CORES_PER_JOB cores whatever the grid's size (the last run
     of a sweep, or a failed run rerun alone, rounds as it would have among the others), and
     jobs = cores // CORES_PER_JOB, at most the runs to do and the jobs that fit in the memory
-    available (each: VLLM_CPU_KVCACHE_SPACE + JOB_MEMORY_GIB + 8 x the model's files: sampler,
-    learner, gradients, AdamW's two moments and a reference in float32). 2 cores: 2 jobs of 1
-    core; 8 cores: 8 jobs (20 GiB); 16: 16 (40 GiB); 64: 64 if 160 GiB are free, else fewer.
+    available (each: its engine's KV cache + JOB_MEMORY_GIB + 8 x the model's files: sampler,
+    learner, gradients, AdamW's two moments and a reference in float32): ~1.45 GiB a toy job.
+    2 cores: 2 jobs of 1 core; 8 cores: 8 jobs (12 GiB); 16: 16 (23 GiB), or 8 with 12 GiB
+    free (a 16 GB laptop); 64: 64 if 93 GiB are free, else fewer.
     On a GPU host (the learner would take a GPU) auto is one job per GPU, each with its own GPU
     and an equal share of the cores (one GPU: one job, not pinned).
     A number N: N jobs (at most the runs to do) of --cores-per-job cores, or of an equal 1/N
@@ -347,8 +345,7 @@ def plan_jobs(jobs: str, runs: int, cfg: dict, cores_per_job: int = None) -> tup
         n, why = len(gpus), f"auto: {len(gpus)} GPU(s), one job each"
     elif jobs == "auto":
         cores_per_job = cores_per_job or CORES_PER_JOB
-        per_job = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")) + JOB_MEMORY_GIB \
-            + 8 * model_files_gib(cfg["model"])
+        per_job = job_kv_cache_gib(cfg) + JOB_MEMORY_GIB + 8 * model_files_gib(cfg["model"])
         free = memory_available_gib()
         by_memory = int(free // per_job) if free is not None else len(cores)
         n = max(1, min(len(cores) // cores_per_job, by_memory))
@@ -371,6 +368,17 @@ def plan_jobs(jobs: str, runs: int, cfg: dict, cores_per_job: int = None) -> tup
     plan = [{"cores": cores[i * cores_per_job:(i + 1) * cores_per_job],
              "gpu": gpus[i] if gpus else None} for i in range(workers)]
     return plan, why + f" -> {workers} job(s) of {cores_per_job} core(s)" + (", 1 GPU each" if gpus else "")
+
+
+def job_kv_cache_gib(cfg: dict) -> float:
+    """The KV cache of one job's CPU engine in GiB: VLLM_CPU_KVCACHE_SPACE when set, else what
+    rollout.Sampler sizes for the run's model and context (0 for a model folder not there yet)."""
+    if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return float(os.environ["VLLM_CPU_KVCACHE_SPACE"])
+    if not os.path.exists(os.path.join(cfg["model"], "config.json")):
+        return 0.0
+    dtype = cfg["sampler_dtype"] or cfg["dtype"]
+    return rollout.cpu_kv_cache_bytes(cfg["model"], dtype, tasks.max_model_len(cfg)) / 2 ** 30
 
 
 def model_files_gib(model: str) -> float:

@@ -74,8 +74,9 @@ def test_two_pinned_jobs_give_one_jobs_numbers_and_a_failed_run_stops_no_other(t
 
 def test_auto_plan_by_cores_memory_and_gpus(monkeypatch):
     """auto: one core per CPU job, bounded by the runs and the memory; one job per GPU."""
-    cfg = {"device": "auto", "model": TOY_MODEL}
+    import config
     import torch
+    cfg = config.load_config(None, ["device=auto", f"model={TOY_MODEL}"])
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
 
     def plan(cores, free_gib, runs=100, jobs="auto", **kw):
@@ -85,7 +86,10 @@ def test_auto_plan_by_cores_memory_and_gpus(monkeypatch):
 
     assert [p["cores"] for p in plan(2, 20)] == [[0], [1]]
     assert len(plan(8, 24)) == 8
-    assert len(plan(64, 100)) == 39  # 100 GiB // 2.53 GiB a job (KV cache, process, 8 x 4 MB)
+    assert len(plan(64, 60)) == 41  # 60 GiB // 1.455 GiB a job (KV cache 0.125, process 1.3, 8 x 4 MB)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # the user's cache size counts instead
+    assert len(plan(64, 60)) == 25  # 60 // 2.33
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
     assert [p["cores"] for p in plan(64, 500, runs=3)] == [[0], [1], [2]]  # still 1 core each
     assert plan(16, 64, jobs="1") == [{"cores": None, "gpu": None}]  # one job: not pinned
     assert [p["cores"] for p in plan(16, 64, jobs="2")] == [list(range(8)), list(range(8, 16))]
@@ -101,3 +105,13 @@ def test_auto_plan_by_cores_memory_and_gpus(monkeypatch):
     assert [(p["gpu"], len(p["cores"])) for p in gpu_plan] == [(str(i), 8) for i in range(4)]
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert plan(32, 500) == [{"cores": None, "gpu": None}]  # one GPU: one job, as before
+
+
+def test_the_cpu_engines_kv_cache_is_sized_to_its_batches():
+    """The toy model: 2 (K, V) x 4 layers x 2 KV heads x head dim 32 x 4 bytes = 2,048 bytes a
+    token; its 64-token context takes one 256-token block; 256 sequences: 128 MiB. A tiny
+    context of a tiny model still gets the 16 MiB floor."""
+    import rollout
+    assert rollout.cpu_kv_cache_bytes(TOY_MODEL, "float32", 64) == 256 * 256 * 2048 == 128 * 2 ** 20
+    assert rollout.cpu_kv_cache_bytes(TOY_MODEL, "bfloat16", 300) == 256 * 512 * 1024
+    assert rollout.cpu_kv_cache_bytes(TOY_MODEL, "float32", 64, max_num_seqs=8) == 16 * 2 ** 20
