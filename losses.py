@@ -73,7 +73,13 @@ DEFAULTS = {"beta": 0.01, "clip_low": 0.2, "clip_high": 0.2, "tis_cap": 2.0,
             # issue 31, part 2 (each docstring: where the references disagree)
             "gepo_eps": 0.2, "a3po_alpha": None, "dppo_delta": 0.2, "dppo_rho_cap": 3.0,
             "geo_rs_low": 0.999, "geo_rs_high": 1.001, "k3_rs_threshold": 0.01, "k3_rs_clip_c": 3.0,
-            "vcpo_is_cap": 8.0}
+            "vcpo_is_cap": 8.0,
+            # sequence rejection by the sampler, binary-KL trust region, REC, AsymRE
+            "trm_divergence": "k2", "trm_delta": 2.5, "outlier_low": 1e-4, "outlier_high": 100.0,
+            "dppo_kl_delta": 0.05, "rec_eps_low": 0.2, "rec_eps_high": 0.2, "rec_ring_low": 0.6,
+            "rec_ring_high": 2.0, "asymre_c": 0.1}
+LOG_RATIO_BOUND = 20.0  # |log rho| clamp of verl's and SkyRL's rejection statistics (SAFETY_BOUND)
+BINARY_KL_EPS = 1e-8  # SkyRL's guard inside the binary KL's log(1 - p)
 
 
 @dataclass(frozen=True)
@@ -1008,6 +1014,165 @@ def vcpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
                      "vcpo_baseline_mean": b.mean()}
 
 
+def _sampler_clip_kept(logp, behavior_logp, mask, rewards, group_size, hp, keep):
+    """PPO's clip against the sampler on the responses `keep` [B, 1] holds: loss, A, metrics
+    is_masked_frac (tokens of dropped responses) and clip_frac (kept tokens clipped)."""
+    A = _grpo_advantages(rewards, group_size)
+    tok, clipped = _clipped_surrogate(logp, behavior_logp, A[:, None], hp["clip_low"], hp["clip_high"])
+    n = mask.sum()
+    extra = {"clip_frac": (clipped * keep * mask).sum() / n,
+             "is_masked_frac": ((1 - keep) * mask).sum() / n}
+    return (tok * keep * mask).sum() / n, A.detach(), extra
+
+
+@register("trm", needs_ref=False, label="TRM")
+def trm(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""Trust Region Masking (arXiv 2512.23075; verl ``rollout_corr_helper.py``
+    ``compute_rollout_rejection_mask``, rollout_rs "seq_max_k2" / "seq_max_k3"): a response is
+    dropped when its largest token divergence from the sampler exceeds trm_delta; the kept ones
+    take PPO's clip against the sampler,
+
+        ell = clamp(l - b, -20, 20),  D_t = ell^2 / 2 (trm_divergence "k2") or exp(ell) - 1 - ell ("k3"),
+        keep_i = max_t D_{i,t} <= trm_delta,
+        token loss keep_i (-min(rho A_i, clip(rho, 1 - eps_l, 1 + eps_h) A_i)),  rho = exp(l - b),
+        dL/dl_{i,t} = -rho A_i keep_i / n where no clip acts, else 0.
+    No source gives a default; verl's examples use k2 at 2.5 (|log rho| <= 2.24 on every token).
+    verl's ppo_clip loss adds a dual clip (c = 3) and divides by the kept tokens; here PPO's clip
+    alone, divided by all n. Against the sampler already; at one update per batch nothing
+    changes. Metrics: is_masked_frac (tokens of dropped responses), clip_frac.
+    """
+    ell = (logp.detach() - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    d = ell ** 2 / 2 if hp["trm_divergence"] == "k2" else torch.exp(ell) - 1 - ell
+    worst = torch.where(mask.bool(), d, 0.0).max(1, keepdim=True).values
+    keep = (worst <= hp["trm_delta"]).to(mask.dtype)
+    return _sampler_clip_kept(logp, behavior_logp, mask, rewards, group_size, hp, keep)
+
+
+@register("seq_outlier_rs", needs_ref=False, label="PPO+outlier RS (SkyRL)")
+def seq_outlier_rs(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""SkyRL's outlier-token mask (``skyrl_train/utils/off_policy_correction_utils.py``
+    ``compute_outlier_token_mask``, ``outlier_token_is_threshold_low/high``) with PPO's clip
+    against the sampler on the kept responses: a response is dropped if any of its tokens'
+    ratios leaves [outlier_low, outlier_high],
+
+        rho_t = exp(clamp(l - b, -20, 20)),  keep_i = all_t outlier_low <= rho_{i,t} <= outlier_high,
+        token loss keep_i (-min(rho A_i, clip(rho, 1 - eps_l, 1 + eps_h) A_i)),
+        dL/dl_{i,t} = -rho A_i keep_i / n where no clip acts, else 0.
+    Defaults 1e-4 / 100: SkyRL's suggested values (its config leaves both unset, i.e. off).
+    SkyRL applies the mask to the ratio pi_old / pi_rollout and its loss to pi / pi_old; at one
+    update per batch old is the learner, so both are the ratio to the sampler, as here.
+    Metrics: is_masked_frac, clip_frac.
+    """
+    rho = torch.exp((logp.detach() - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+    out = ((rho < hp["outlier_low"]) | (rho > hp["outlier_high"])) & mask.bool()
+    keep = (~out.any(1, keepdim=True)).to(mask.dtype)
+    return _sampler_clip_kept(logp, behavior_logp, mask, rewards, group_size, hp, keep)
+
+
+@register("dppo_kl", needs_ref=False, label="DPPO-KL")
+def dppo_kl(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""DPPO-Binary-KL (Qi et al., 2026, arXiv 2602.04879; SkyRL ``ppo_utils.py``
+    ``dppo_policy_loss``, dppo_type "binary_kl"): the sibling of ``dppo_tv`` with a trust region
+    on the binary KL between the sampler's and the learner's probability of the sampled token,
+    one side per advantage sign,
+
+        p = exp(l), q = exp(b),  KL = q (b - l) + (1 - q) log((1 - q + 1e-8) / (1 - p + 1e-8)),
+        invalid = (A_i > 0, p > q, KL > dppo_kl_delta) or (A_i < 0, p < q, KL > dppo_kl_delta),
+        w = sg(exp(clamp(l - b, -20, 20))) (1 - invalid),
+        loss = -(1/n) sum mask A_i w exp(l - sg(l)),   dL/dl_{i,t} = -A_i w_{i,t} / n.
+    dppo_kl_delta 0.05 on both sides, the value the sources recommend for the KL form (SkyRL's
+    field default 0.2 is shared with binary TV). SkyRL's ratio is not capped (dppo_tv follows
+    Stable-RL's cap at 3); it carries the gradient, the same gradient as the detached weight here.
+    Against the sampler (the paper's Section 5.2); at one update per batch nothing changes.
+    Metrics: is_weight_mean / is_masked_frac (tokens outside the trust region).
+    """
+    A = _grpo_advantages(rewards, group_size)[:, None]
+    lp = logp.detach()
+    p, q = torch.exp(lp), torch.exp(behavior_logp)
+    kl = q * (behavior_logp - lp) + (1 - q) * torch.log((1 - q + BINARY_KL_EPS) / (1 - p + BINARY_KL_EPS))
+    invalid = (((A > 0) & (p > q)) | ((A < 0) & (p < q))) & (kl > hp["dppo_kl_delta"])
+    rho = torch.exp((lp - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+    w = torch.where(invalid, 0.0, rho)
+    loss, A = _weighted_pg(logp, rewards, group_size, mask, w)
+    return loss, A, _weight_health(w, mask, can_mask=True)
+
+
+def _mean_baseline(rewards, m, shift=0.0):
+    """A_i = r_i - (mean of its group's r - shift): REINFORCE's group-mean baseline, lowered by
+    `shift`."""
+    g = rewards.view(-1, m)
+    return (g - g.mean(1, keepdim=True) + shift).view(-1)
+
+
+def _rec(logp, behavior_logp, mask, rewards, group_size, keep):
+    """REC's loss: -(1/n) sum mask A_i keep_{i,t} l, A = r - group mean, no weight."""
+    A = _mean_baseline(rewards, group_size)
+    n = mask.sum()
+    loss = -(A[:, None] * keep * logp * mask).sum() / n
+    return loss, A.detach(), {"clip_frac": ((1 - keep) * mask).sum() / n}
+
+
+@register("rec_oneside", needs_ref=False, label="REC-OneSide-NoIS")
+def rec_oneside(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""REC-OneSide-NoIS (arXiv 2509.24203; agentscope-ai/Trinity-RFT
+    ``trinity/algorithm/policy_loss_fn/rec_policy_loss.py`` ``RECPolicyLossFn``, clip_mode
+    "one-side", weight "none"): REINFORCE with the group-mean baseline and no importance weight,
+    each token dropped where its ratio to the sampler has left the band on the advantage's side,
+
+        rho = exp(l - b) (detached), A_i = r_i - mean_g r,
+        keep = (A_i >= 0 and rho <= 1 + rec_eps_high) or (A_i <= 0 and rho >= 1 - rec_eps_low),
+        loss = -(1/n) sum mask A_i keep l,   dL/dl_{i,t} = -A_i keep_{i,t} / n.
+    The weight-free counterpart of PPO's clip (which keeps the weight rho where it keeps a
+    token). Defaults 0.2 / 0.2, Trinity's epsilon_low / epsilon_high. Trinity's ratio is to its
+    old log-probs, the sampler's in its asynchronous mode; here the sampler's; at one update per
+    batch nothing changes. Metrics: clip_frac (tokens dropped).
+    """
+    rho = torch.exp(logp.detach() - behavior_logp)
+    A = _mean_baseline(rewards, group_size)[:, None]
+    keep = (((A >= 0) & (rho <= 1 + hp["rec_eps_high"]))
+            | ((A <= 0) & (rho >= 1 - hp["rec_eps_low"]))).to(mask.dtype)
+    return _rec(logp, behavior_logp, mask, rewards, group_size, keep)
+
+
+@register("rec_ring", needs_ref=False, label="REC-Ring-NoIS")
+def rec_ring(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""REC-Ring-NoIS (arXiv 2509.24203; Trinity-RFT ``rec_policy_loss.py``, clip_mode "ring",
+    weight "none"): as ``rec_oneside``, with Trinity's ring of kept ratios: the band [1 -
+    rec_eps_low, 1 + rec_eps_high] on both sides, and beyond a wider one only where the ratio
+    has moved against the advantage,
+
+        keep = (1 - eps_l <= rho <= 1 + eps_h) or (A_i >= 0 and rho <= 1 - rec_ring_low)
+               or (A_i <= 0 and rho >= 1 + rec_ring_high),
+        dL/dl_{i,t} = -A_i keep_{i,t} / n,  A_i = r_i - mean_g r.
+    rec_ring_low / rec_ring_high are Trinity's epsilon_low_prime / epsilon_high_prime of its
+    ``default_args`` (0.6 / 2.0): with A > 0 the ring keeps rho in [0.8, 1.2] and below 0.4,
+    dropping (0.4, 0.8) that one-side keeps, so it is not a superset of one-side.
+    Metrics: clip_frac (tokens dropped).
+    """
+    rho = torch.exp(logp.detach() - behavior_logp)
+    A = _mean_baseline(rewards, group_size)[:, None]
+    band = (rho >= 1 - hp["rec_eps_low"]) & (rho <= 1 + hp["rec_eps_high"])
+    keep = (band | ((A >= 0) & (rho <= 1 - hp["rec_ring_low"]))
+            | ((A <= 0) & (rho >= 1 + hp["rec_ring_high"]))).to(mask.dtype)
+    return _rec(logp, behavior_logp, mask, rewards, group_size, keep)
+
+
+@register("asymre", needs_ref=False, label="AsymRE")
+def asymre(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""AsymRE (asymmetric REINFORCE, arXiv 2506.20520; Trinity-RFT's README, baseline shift
+    -0.1): REINFORCE on the sampler's responses with the group-mean baseline lowered by asymre_c,
+    no importance weight and no clip,
+
+        A_i = r_i - (mean_g r - asymre_c),
+        loss = -(1/n) sum mask A_i l,   dL/dl_{i,t} = -A_i / n.
+    A lower baseline weighs correct responses more than incorrect ones; the paper's analysis is
+    of this off-policy REINFORCE with behavior data, which is what the sampler's batch is here at
+    any N. Metrics: the common ones.
+    """
+    A = _mean_baseline(rewards, group_size, hp["asymre_c"])
+    return -(A[:, None] * logp * mask).sum() / mask.sum(), A.detach(), {}
+
+
 def k3(logp, behavior_logp, mask):
     """Token-mean over mask of (rho - 1) - log rho, rho = exp(logp - behavior_logp), detached:
     an estimate of KL(behavior || learner) (Schulman, 2020). Padding positions are ignored."""
@@ -1075,7 +1240,32 @@ def check_hparams(name, hparams):
         raise ValueError(f"beta must be >= 0 (and > 0 for ggpo, which divides by it), got {hp['beta']}")
     _check_part1_hparams(hp)
     _check_part2_hparams(hp)
+    _check_bound_hparams(hp)
     return hp
+
+
+def _check_bound_hparams(hp):
+    """trm, seq_outlier_rs, dppo_kl, rec_oneside, rec_ring, asymre."""
+    for key in ("trm_delta", "outlier_low", "outlier_high", "dppo_kl_delta", "rec_eps_low",
+                "rec_eps_high", "rec_ring_low", "rec_ring_high", "asymre_c"):
+        v = hp[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{key} must be a finite number, got {v!r}; parse it as a float")
+    if hp["trm_divergence"] not in ("k2", "k3"):
+        raise ValueError(f"unknown trm_divergence {hp['trm_divergence']!r}; use 'k2' ((log rho)^2 / 2) "
+                         "or 'k3' (rho - 1 - log rho)")
+    for key in ("trm_delta", "dppo_kl_delta"):
+        if hp[key] <= 0:
+            raise ValueError(f"{key} must be > 0, got {hp[key]}")
+    if not 0 <= hp["outlier_low"] < 1 < hp["outlier_high"]:
+        raise ValueError(f"need 0 <= outlier_low < 1 < outlier_high (bounds on a token's ratio), got "
+                         f"{hp['outlier_low']}, {hp['outlier_high']}")
+    if not 0 < hp["rec_eps_low"] <= 1 or hp["rec_eps_high"] <= 0:
+        raise ValueError(f"need 0 < rec_eps_low <= 1 and rec_eps_high > 0 (Trinity's asserts), got "
+                         f"{hp['rec_eps_low']}, {hp['rec_eps_high']}")
+    if not hp["rec_eps_low"] <= hp["rec_ring_low"] <= 1 or hp["rec_ring_high"] < hp["rec_eps_high"]:
+        raise ValueError(f"need rec_eps_low <= rec_ring_low <= 1 and rec_ring_high >= rec_eps_high (the "
+                         f"ring lies outside the band), got {hp['rec_ring_low']}, {hp['rec_ring_high']}")
 
 
 def _check_part2_hparams(hp):

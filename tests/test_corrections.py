@@ -302,7 +302,10 @@ def test_weight_health_and_which_metrics_each_objective_logs():
                       ("a3po",): {"clip_frac", "is_weight_mean", "is_masked_frac"},
                       ("dppo_tv",): {"is_weight_mean", "is_masked_frac"}, ("geo_rs",): {"is_masked_frac"},
                       ("k3_rs",): {"clip_frac", "is_masked_frac"}, ("snis",): {"is_weight_mean"},
-                      ("vcpo",): {"is_weight_mean"}}
+                      ("vcpo",): {"is_weight_mean"}, ("trm",): {"clip_frac", "is_masked_frac"},
+                      ("seq_outlier_rs",): {"clip_frac", "is_masked_frac"},
+                      ("dppo_kl",): {"is_weight_mean", "is_masked_frac"}, ("rec_oneside",): {"clip_frac"},
+                      ("rec_ring",): {"clip_frac"}, ("asymre",): set()}
 
 
 @pytest.mark.parametrize("hp,match", [

@@ -292,7 +292,9 @@ def test_padding_may_hold_garbage_and_registry():
          "icepop": False, "icepop_primerl": False, "grpo_tis_seq": False, "grpo_mis_seq": False,
          "gspo": False, "m2po": False, "ds_mask": False, "ds_v32": True, "cispo": False, "sapo": False,
          "gmpo": False, "topr": False, "kimi": False, "vespo": False, "gepo": False, "a3po": False,
-         "dppo_tv": False, "geo_rs": False, "k3_rs": False, "snis": False, "vcpo": False}
+         "dppo_tv": False, "geo_rs": False, "k3_rs": False, "snis": False, "vcpo": False,
+         "trm": False, "seq_outlier_rs": False, "dppo_kl": False, "rec_oneside": False,
+         "rec_ring": False, "asymre": False}
     assert losses.needs_ref("ggpo") and not losses.needs_ref("grpo")
 
 
