@@ -77,9 +77,14 @@ DEFAULTS = {"beta": 0.01, "clip_low": 0.2, "clip_high": 0.2, "tis_cap": 2.0,
             # sequence rejection by the sampler, binary-KL trust region, REC, AsymRE
             "trm_divergence": "k2", "trm_delta": 2.5, "outlier_low": 1e-4, "outlier_high": 100.0,
             "dppo_kl_delta": 0.05, "rec_eps_low": 0.2, "rec_eps_high": 0.2, "rec_ring_low": 0.6,
-            "rec_ring_high": 2.0, "asymre_c": 0.1}
+            "rec_ring_high": 2.0, "asymre_c": 0.1,
+            # BAPO's bound search (its recipe's yaml)
+            "bapo_rho0": 1.0, "bapo_lo_start": 0.6, "bapo_lo_max": 0.8, "bapo_hi_start": 1.2,
+            "bapo_hi_max": 2.0, "bapo_step": 0.05}
 LOG_RATIO_BOUND = 20.0  # |log rho| clamp of verl's and SkyRL's rejection statistics (SAFETY_BOUND)
 BINARY_KL_EPS = 1e-8  # SkyRL's guard inside the binary KL's log(1 - p)
+BAPO_EPS = 1e-8  # BAPO's guard in the positive / negative contribution ratio
+DUAL_CLIP_C = 3.0  # PPO's dual clip of verl (clip_ratio_c): loss <= -c A for A < 0
 
 
 @dataclass(frozen=True)
@@ -1173,6 +1178,66 @@ def asymre(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return -(A[:, None] * logp * mask).sum() / mask.sum(), A.detach(), {}
 
 
+def bapo_balance(rho, A, mask, lo, hi):
+    """BAPO's positive / negative contribution ratio at ratio bounds [lo, hi]: with the effective
+    ratio min(rho, hi) where A >= 0 and max(rho, lo) where A < 0, sum of the positive effective
+    advantages over minus the sum of the negative ones (+1e-8); inf when there is no negative one."""
+    eff = torch.where(A >= 0, torch.minimum(rho, rho.new_tensor(hi)), torch.maximum(rho, rho.new_tensor(lo)))
+    adv = eff * A * mask
+    pos, neg = float(adv.clamp(min=0).sum()), float(-adv.clamp(max=0).sum())
+    return math.inf if neg <= 0 else pos / (neg + BAPO_EPS)
+
+
+def _bapo_stats(logp, behavior_logp, mask, hp):
+    """BAPO's bounds of the whole rollout batch: from (bapo_lo_start, bapo_hi_start) raise the
+    lower bound by bapo_step (up to bapo_lo_max) while the balance is below bapo_rho0, then the
+    upper one (up to bapo_hi_max), as the recipe's loop does (Python floats, its step order)."""
+    A = _grpo_advantages(hp["rewards"], hp["group_size"])[:, None]
+    rho = torch.exp((logp.detach() - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+    lo, hi, step, target = hp["bapo_lo_start"], hp["bapo_hi_start"], hp["bapo_step"], hp["bapo_rho0"]
+    balance = bapo_balance(rho, A, mask, lo, hi)
+    while balance < target and lo < hp["bapo_lo_max"] and step > 0:
+        lo = min(lo + step, hp["bapo_lo_max"])
+        balance = bapo_balance(rho, A, mask, lo, hi)
+    while balance < target and hi < hp["bapo_hi_max"] and step > 0:
+        hi = min(hi + step, hp["bapo_hi_max"])
+        balance = bapo_balance(rho, A, mask, lo, hi)
+    return {"bapo_low": lo, "bapo_high": hi, "bapo_balance": balance}
+
+
+@register("bapo", needs_ref=False, label="BAPO", batch_stats=_bapo_stats, stats_read_rewards=True)
+def bapo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""BAPO (balanced policy optimization with adaptive clipping, arXiv 2510.18927;
+    WooooDyy/BAPO ``recipe/bapo/policy_loss.py`` ``compute_policy_loss_bapo``): PPO's clip against
+    the sampler whose ratio bounds [lo, hi] are searched per rollout batch (bapo_stats) until the
+    positive advantages' clipped contribution reaches bapo_rho0 times the negative ones', with
+    verl's dual clip,
+
+        rho = exp(clamp(l - b, -20, 20)),
+        token loss -min(rho A_i, clip(rho, lo, hi) A_i), for A_i < 0 capped at -3 A_i,
+        dL/dl_{i,t} = -rho A_i / n where no clip acts (A >= 0: rho <= hi; A < 0: lo <= rho <= 3), else 0.
+    lo and hi are bounds on the ratio, not epsilons. Defaults from the recipe's yaml
+    (``bapo_trainer.yaml``: adv_ratio_target 1, lower 0.6 -> 0.8, upper 1.2 -> 2.0, steps 0.05;
+    its example script uses a target of 0.5). The recipe searches per micro-batch (all-reduced
+    across data-parallel ranks, not across gradient-accumulation steps); here once over the whole
+    rollout batch (micro-batches add up, as for M2PO). Its old policy is the sampler's at one
+    update per batch, as here. Metrics: clip_frac (clipped tokens, dual clip included),
+    bapo_low, bapo_high, bapo_balance (the batch's balance at them).
+    """
+    A = _grpo_advantages(rewards, group_size)
+    Ac = A[:, None]
+    rho = torch.exp((logp - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+    lo, hi = hp["bapo_low"], hp["bapo_high"]
+    tok = -torch.minimum(rho * Ac, rho.clamp(lo, hi) * Ac)
+    tok = torch.where(Ac < 0, torch.minimum(tok, -Ac * DUAL_CLIP_C), tok)
+    r = rho.detach()
+    clipped = ((Ac > 0) & (r > hi)) | ((Ac < 0) & ((r < lo) | (r > DUAL_CLIP_C)))
+    n = mask.sum()
+    return (tok * mask).sum() / n, A.detach(), {
+        "clip_frac": (clipped * mask).sum() / n, "bapo_low": logp.new_tensor(lo),
+        "bapo_high": logp.new_tensor(hi), "bapo_balance": logp.new_tensor(hp["bapo_balance"])}
+
+
 def k3(logp, behavior_logp, mask):
     """Token-mean over mask of (rho - 1) - log rho, rho = exp(logp - behavior_logp), detached:
     an estimate of KL(behavior || learner) (Schulman, 2020). Padding positions are ignored."""
@@ -1245,7 +1310,7 @@ def check_hparams(name, hparams):
 
 
 def _check_bound_hparams(hp):
-    """trm, seq_outlier_rs, dppo_kl, rec_oneside, rec_ring, asymre."""
+    """trm, seq_outlier_rs, dppo_kl, rec_oneside, rec_ring, asymre, bapo."""
     for key in ("trm_delta", "outlier_low", "outlier_high", "dppo_kl_delta", "rec_eps_low",
                 "rec_eps_high", "rec_ring_low", "rec_ring_high", "asymre_c"):
         v = hp[key]
@@ -1266,6 +1331,14 @@ def _check_bound_hparams(hp):
     if not hp["rec_eps_low"] <= hp["rec_ring_low"] <= 1 or hp["rec_ring_high"] < hp["rec_eps_high"]:
         raise ValueError(f"need rec_eps_low <= rec_ring_low <= 1 and rec_ring_high >= rec_eps_high (the "
                          f"ring lies outside the band), got {hp['rec_ring_low']}, {hp['rec_ring_high']}")
+    for key in ("bapo_rho0", "bapo_lo_start", "bapo_lo_max", "bapo_hi_start", "bapo_hi_max", "bapo_step"):
+        v = hp[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{key} must be a finite number >= 0, got {v!r}")
+    if not 0 < hp["bapo_lo_start"] <= hp["bapo_lo_max"] <= 1 <= hp["bapo_hi_start"] <= hp["bapo_hi_max"]:
+        raise ValueError("need 0 < bapo_lo_start <= bapo_lo_max <= 1 <= bapo_hi_start <= bapo_hi_max "
+                         f"(ratio bounds), got {hp['bapo_lo_start']}, {hp['bapo_lo_max']}, "
+                         f"{hp['bapo_hi_start']}, {hp['bapo_hi_max']}")
 
 
 def _check_part2_hparams(hp):

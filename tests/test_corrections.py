@@ -305,7 +305,7 @@ def test_weight_health_and_which_metrics_each_objective_logs():
                       ("vcpo",): {"is_weight_mean"}, ("trm",): {"clip_frac", "is_masked_frac"},
                       ("seq_outlier_rs",): {"clip_frac", "is_masked_frac"},
                       ("dppo_kl",): {"is_weight_mean", "is_masked_frac"}, ("rec_oneside",): {"clip_frac"},
-                      ("rec_ring",): {"clip_frac"}, ("asymre",): set()}
+                      ("rec_ring",): {"clip_frac"}, ("asymre",): set(), ("bapo",): {"clip_frac"}}
 
 
 @pytest.mark.parametrize("hp,match", [

@@ -1,6 +1,6 @@
 """The corrections that drop responses or tokens by their ratio to the sampler without weighting
-by it, or bound it by a binary KL, and AsymRE's lowered baseline: trm, seq_outlier_rs, dppo_kl,
-rec_oneside, rec_ring, asymre, against their docstrings' formulas written here with plain loops
+by it, bound it by a binary KL or by bounds searched per batch, and AsymRE's lowered baseline:
+trm, seq_outlier_rs, dppo_kl, rec_oneside, rec_ring, asymre, bapo, against their docstrings' formulas written here with plain loops
 (not by calling the functions under test), with every mask made to act; what each becomes at
 logp == behavior_logp; hand-sized cases; bad settings.
 
@@ -151,8 +151,87 @@ def test_by_hand():
     ({"trm_divergence": "kl"}, "unknown trm_divergence"), ({"trm_delta": 0.0}, "trm_delta must be > 0"),
     ({"outlier_low": 2.0}, "outlier_low < 1 < outlier_high"), ({"dppo_kl_delta": -1.0}, "dppo_kl_delta"),
     ({"rec_eps_low": 1.5}, "rec_eps_low <= 1"), ({"rec_ring_low": 0.1}, "rec_eps_low <= rec_ring_low"),
-    ({"asymre_c": "0.1"}, "asymre_c must be a finite number")])
+    ({"asymre_c": "0.1"}, "asymre_c must be a finite number"),
+    ({"bapo_lo_max": 1.5}, "bapo_lo_max <= 1"), ({"bapo_step": -0.05}, "bapo_step must be")])
 def test_bad_settings_raise(hp, match):
     logp, b, mask, r, m, _ = random_batch(2)
     with pytest.raises(ValueError, match=match):
         losses.compute_loss("trm", logp=logp, behavior_logp=b, mask=mask, rewards=r, group_size=m, **hp)
+
+
+def bapo_bounds(logp, b, mask, r, m, hp):
+    """BAPO's search, written from the recipe's loop."""
+    A = advantages(r, m)
+    B = logp.shape[0]
+    toks = [(math.exp(max(-20.0, min(20.0, float(logp[i, t] - b[i, t])))), A[i])
+            for i in range(B) for t in range(int(mask[i].sum()))]
+
+    def balance(lo, hi):
+        adv = [(min(rho, hi) if a >= 0 else max(rho, lo)) * a for rho, a in toks]
+        pos, neg = sum(x for x in adv if x > 0), -sum(x for x in adv if x < 0)
+        return math.inf if neg <= 0 else pos / (neg + 1e-8)
+    lo, hi = hp["bapo_lo_start"], hp["bapo_hi_start"]
+    while balance(lo, hi) < hp["bapo_rho0"] and lo < hp["bapo_lo_max"]:
+        lo = min(lo + hp["bapo_step"], hp["bapo_lo_max"])
+    while balance(lo, hi) < hp["bapo_rho0"] and hi < hp["bapo_hi_max"]:
+        hi = min(hi + hp["bapo_step"], hp["bapo_hi_max"])
+    return lo, hi
+
+
+@pytest.mark.parametrize("over", [{}, {"bapo_rho0": 0.5}, {"bapo_rho0": 3.0}])
+def test_bapo_gradient_with_its_searched_bounds(over):
+    """The bounds from the recipe's loop over the whole batch; then dL/dl = -rho A / n where no
+    clip acts (A >= 0: rho <= hi; A < 0: lo <= rho <= 3), else 0; the clips act on some tokens."""
+    logp, b, mask, r, m, _ = random_batch(3)
+    hp = {**losses.DEFAULTS, **over}
+    lo, hi = bapo_bounds(logp, b, mask, r, m, hp)
+    got, met = grad_of("bapo", logp, b, mask, r, m, **over)
+    assert (met["bapo_low"], met["bapo_high"]) == pytest.approx((lo, hi))
+    A, n = advantages(r, m), float(mask.sum())
+    want, clipped = torch.zeros_like(logp), 0
+    for i in range(logp.shape[0]):
+        for t in range(int(mask[i].sum())):
+            rho = math.exp(float(logp[i, t] - b[i, t]))
+            clip = (A[i] > 0 and rho > hi) or (A[i] < 0 and (rho < lo or rho > 3.0))
+            clipped += clip
+            want[i, t] = 0.0 if clip else -rho * A[i] / n
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-9)
+    assert 0 < clipped < n / 2 and met["clip_frac"] == pytest.approx(clipped / n)
+
+
+def test_bapo_search_by_hand_and_micro_batches_add_up():
+    """One group of two one-token responses, A = +-a: rho = 1.5 (A > 0) and 1.4 (A < 0). At
+    [0.6, 1.2] the balance is 1.2 a / 1.4 a = 0.857 < 1; raising the lower bound changes nothing
+    (max(1.4, lo) = 1.4), so it goes to 0.8, then the upper one by 0.05: at hi = 1.4 the balance
+    is 1.4 a / (1.4 a + 1e-8) < 1 (the recipe's guard tips the tie), so hi = 1.45. The A > 0
+    token (1.5 > 1.45) is clipped, the A < 0 one trains at -1.4 (-a) / 2.
+    Two micro-batches with the whole batch's statistics give the full batch's gradient."""
+    b = torch.full((2, 1), -2.0, dtype=D)
+    logp = b + torch.log(torch.tensor([[1.5], [1.4]], dtype=D))
+    mask, r = torch.ones(2, 1, dtype=D), torch.tensor([1.0, 0.0], dtype=D)
+    a = 1 / math.sqrt(2) / (1 + 1e-6 * math.sqrt(2))
+    g, met = grad_of("bapo", logp, b, mask, r, 2)
+    assert met["bapo_low"] == pytest.approx(0.8) and met["bapo_high"] == pytest.approx(1.45)
+    assert g[0, 0] == 0 and float(g[1, 0]) == pytest.approx(1.4 * a / 2)
+    logp, b, mask, r, m, _ = random_batch(4)
+    full, _ = grad_of("bapo", logp, b, mask, r, m)
+    stats = losses.batch_stats("bapo", logp=logp, behavior_logp=b, mask=mask, rewards=r, group_size=m)
+    half = logp.shape[0] // 2
+    parts = []
+    for sl in (slice(0, half), slice(half, None)):
+        x = logp[sl].clone().requires_grad_(True)
+        loss, _ = losses.compute_loss("bapo", logp=x, behavior_logp=b[sl], mask=mask[sl], rewards=r[sl],
+                                      group_size=m, batch_stats=stats)
+        (loss * mask[sl].sum() / mask.sum()).backward()
+        parts.append(x.grad)
+    torch.testing.assert_close(torch.cat(parts), full, atol=1e-14, rtol=1e-12)
+
+
+def test_bapo_at_logp_equal_behavior_is_grpo():
+    """rho = 1 everywhere: a group's +-A balance (up to rounding), and whatever bounds the search
+    ends at, no clip acts: GRPO's gradient."""
+    logp, _, mask, r, m, _ = random_batch(1)
+    plain, _ = grad_of("grpo", logp, logp.clone(), mask, r, m)
+    got, met = grad_of("bapo", logp, logp.clone(), mask, r, m)
+    torch.testing.assert_close(got, plain, atol=1e-14, rtol=1e-12)
+    assert met["clip_frac"] == 0

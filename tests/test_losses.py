@@ -294,7 +294,7 @@ def test_padding_may_hold_garbage_and_registry():
          "gmpo": False, "topr": False, "kimi": False, "vespo": False, "gepo": False, "a3po": False,
          "dppo_tv": False, "geo_rs": False, "k3_rs": False, "snis": False, "vcpo": False,
          "trm": False, "seq_outlier_rs": False, "dppo_kl": False, "rec_oneside": False,
-         "rec_ring": False, "asymre": False}
+         "rec_ring": False, "asymre": False, "bapo": False}
     assert losses.needs_ref("ggpo") and not losses.needs_ref("grpo")
 
 
