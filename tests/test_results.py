@@ -127,3 +127,5 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     path = re.search(r"\*\*Rounding path effects\*\* .*?F = [\d.]+, p = ([\d.e-]+);", text)
     seed = re.search(r"\*\*The seed\*\* .*?F = [\d.]+, p = ([\d.e-]+);", text)
     assert float(path.group(1)) < 0.05 and float(seed.group(1)) >= 0.05
+    late = re.search(r"\| all \| \d+ \| \d+ \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|", text)
+    assert float(late.group(1)) >= 0.8  # the late mean is no large cut: the final evaluation stays
