@@ -128,4 +128,4 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     seed = re.search(r"\*\*The seed\*\* .*?F = [\d.]+, p = ([\d.e-]+);", text)
     assert float(path.group(1)) < 0.05 and float(seed.group(1)) >= 0.05
     late = re.search(r"\| all \| \d+ \| \d+ \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|", text)
-    assert float(late.group(1)) >= 0.8  # the late mean is no large cut: the final evaluation stays
+    assert float(late.group(1)) > 0.75  # the late mean's SD is less than a quarter lower (docs)
