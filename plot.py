@@ -32,7 +32,6 @@ import sys
 from collections import defaultdict
 
 import matplotlib
-import numpy as np
 import pandas as pd
 import scipy.stats
 import yaml
@@ -621,20 +620,10 @@ def late_measure_lines(runs: list) -> list:
     return lines
 
 
-def _cell_difference(result: dict, m: str, a: int, b: int) -> tuple:
-    """(mu[m, a] - mu[m, b], its 95% t half-width) from the fitted model."""
-    fit = result["fit"]
-    names = list(fit.params.index)
-    v = [0.0] * len(names)
-    v[names.index(f"C(cell)[{m}@{a}]")], v[names.index(f"C(cell)[{m}@{b}]")] = 1.0, -1.0
-    test = fit.t_test([v])
-    half = float(scipy.stats.t.ppf(0.975, fit.df_resid) * np.squeeze(test.sd))
-    return float(np.squeeze(test.effect)), half
-
-
-def model_lines(result: dict, runs_by_method: dict, order: list, delays: list) -> list:
+def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> list:
     """The generated summary under the leaderboard's table: the model, its variance, the
-    rounding-path and seed effects, the design (method x path), and the seeds comparisons need."""
+    rounding-path and seed effects, the design (method x path, from `data`, the model's runs),
+    the anchors' cells and the seeds comparisons need."""
     fit, sigma = result["fit"], result["sigma"]
     name = lambda m: method_style(m, order)[0]
     lines = ["", "**The model** (`stats.py`; statsmodels WLS, feasible GLS): final mean@k (%) = cell mean "
@@ -662,25 +651,19 @@ def model_lines(result: dict, runs_by_method: dict, order: list, delays: list) -
                   f"the model, F = {seed['F']:.2f}, p = {seed['p']:.2g}; variance component (moments) "
                   f"SD {seed['tau']:.2f} points."]
     path = result["path"]
+    counts = data["path"].value_counts()
     if path["effects"]:
-        counts = defaultdict(int)
-        for runs in runs_by_method.values():
-            for r in runs:
-                counts[r["path"]] += 1
         lines += ["", f"**Rounding path effects** (sum-to-zero, points, 95% t): F = {path['F']:.2f}, "
                   f"p = {path['p']:.2g}; variance component (moments) SD {path['tau']:.2f} points.", "",
                   "| path | runs | effect |", "| --- | --- | --- |"]
         lines += [f"| P{i + 1}: {lvl} | {counts[lvl]} | {pm(e / 100, h / 100)} |"
                   for i, (lvl, (e, h)) in enumerate(path["effects"].items())]
-    paths = sorted({r["path"] for runs in runs_by_method.values() for r in runs})
-    if len(paths) > 1:
-        lines += ["", "**The design**: runs per method and rounding path (P1..P%d as above)." % len(paths), "",
-                  "| method | " + " | ".join(f"P{i + 1}" for i in range(len(paths))) + " |",
-                  "| --- |" + " --- |" * len(paths)]
-        for m in order:
-            if m in runs_by_method:
-                n = [sum(r["path"] == p for r in runs_by_method[m]) for p in paths]
-                lines.append(f"| {name(m)} | " + " | ".join(map(str, n)) + " |")
+    if len(counts) > 1:
+        design = pd.crosstab(data["method"], data["path"])
+        lines += ["", "**The design**: runs per method and rounding path (P1..P%d as above)." % len(counts), "",
+                  "| method | " + " | ".join(f"P{i + 1}" for i in range(len(counts))) + " |",
+                  "| --- |" + " --- |" * len(counts)]
+        lines += [f"| {name(m)} | " + " | ".join(map(str, design.loc[m])) + " |" for m in order if m in design.index]
     anchors = [m for m in ANCHORS if all((m, n) in result["cell"] for n in delays)]
     if anchors:
         lines += ["", "**The anchors' cells** (the four corrections published with a staleness claim; "
@@ -688,7 +671,7 @@ def model_lines(result: dict, runs_by_method: dict, order: list, delays: list) -
                   "| method | " + " | ".join(f"N={n}" for n in delays) + f" | N=0 - N={delays[-1]} |",
                   "| --- |" + " --- |" * (len(delays) + 1)]
         for m in anchors:
-            drop = _cell_difference(result, m, 0, delays[-1])
+            drop = stats.estimate(result["fit"], {(m, 0): 1, (m, delays[-1]): -1})
             lines.append(f"| {name(m)} | " + " | ".join(pm(*(v / 100 for v in result["cell"][(m, n)]))
                                                           for n in delays) + f" | {pm(*(v / 100 for v in drop))} |")
     sd, pairs = result["sd_score"], max(1, len(result["pairs"]))
@@ -762,9 +745,6 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
                      + "/".join(str(len(cells[name][d])) for d in delays) + " | "
                      + " | ".join(fmt(list(cells[name][d].values())) if cells[name][d] else ""
                                   for d in delays) + " | " + " | ".join(diag) + " |")
-    by_method = defaultdict(list)
-    for (m, _), rs in groups.items():
-        by_method[m] += [{"path": r["path"]} for r in rs]
     letters = sorted({c for t in result["tiers"].values() for c in t}, key=stats.LETTERS.index)
     lines += ["", "Tiers (methods that share a letter cannot be told apart; a method with several letters "
               "sits between tiers): " + "; ".join(
@@ -775,7 +755,7 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
         lines += ["", f"The base model (toy_base/ before any update: its evaluation at update 0, mean over "
                   f"the {len(base)} seeds' samples): {100 * mean(list(base.values())):.1f} "
                   f"({100 * min(base.values()):.1f}-{100 * max(base.values()):.1f})."]
-    lines += model_lines(result, by_method, order, delays) + late_measure_lines(runs)
+    lines += model_lines(result, data, order, delays) + late_measure_lines(runs)
     fig = ranking_view(ranked, cells, result, delays, order, runs)
     finish(fig, fig.axes[:1], out, f"Leaderboard: tiers, staleness score and final mean accuracy (%) "
                                    f"per N ({seeds_note(runs)}); diagnostics over the last 10% of updates",

@@ -29,7 +29,7 @@ The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage po
 
 From the fit (cov: the parameters' covariance; t quantiles on the residual degrees of freedom):
 
-- cell[m, N] = mu[m, N] with its 95% t interval.
+- cell[m, N] = mu[m, N] with its 95% t interval (estimate: any such linear contrast).
 - score[m] = mean over N in STALE_DELAYS of mu[m, N], a linear contrast, with its 95% t
   interval; drop[m] = score[m] - mu[m, 0], the mean loss from that method's own on-policy cell.
 - vs a reference: score[m] - score[ref] for every method and each of REFERENCES, one family,
@@ -146,6 +146,13 @@ def _contrast(fit, cells: dict) -> np.ndarray:
     return v
 
 
+def estimate(fit, cells: dict) -> tuple:
+    """(sum(weight * mu[cell]), its 95% t half-width) for cells {(method, N): weight}."""
+    v = _contrast(fit, cells)
+    half = scipy.stats.t.ppf(1 - ALPHA / 2, fit.df_resid) * math.sqrt(v @ fit.cov_params().to_numpy() @ v)
+    return float(v @ fit.params.to_numpy()), float(half)
+
+
 def _factor_effects(fit, factor: str, sigma: dict) -> tuple:
     """({level: (effect, 95% half-width)}, tau, F, p) of a sum-to-zero factor of the model
     ('path'); empty and None where the model has no such term."""
@@ -217,17 +224,11 @@ def fit_leaderboard(data: pd.DataFrame) -> dict:
     params, cov_p, df = fit.params.to_numpy(), fit.cov_params().to_numpy(), fit.df_resid
     est, cov = score_l @ params, score_l @ cov_p @ score_l.T
     q = scipy.stats.t.ppf(1 - ALPHA / 2, df)
-    cell = {}
-    for m, n in sorted(have):
-        v = _contrast(fit, {(m, n): 1})
-        cell[(m, n)] = (float(v @ params), float(q * math.sqrt(v @ cov_p @ v)))
-    out = {"fit": fit, "sigma": sigma, "df": df, "methods": methods, "n_runs": len(data), "cell": cell,
+    out = {"fit": fit, "sigma": sigma, "df": df, "methods": methods, "n_runs": len(data),
+           "cell": {c: estimate(fit, {c: 1}) for c in sorted(have)},
            "score": {m: (float(e), float(q * math.sqrt(cov[i, i]))) for i, (m, e) in enumerate(zip(methods, est))},
-           "drop": {}}
-    for i, m in enumerate(methods):
-        if (m, 0) in have:
-            v = score_l[i] - _contrast(fit, {(m, 0): 1})
-            out["drop"][m] = (float(v @ params), float(q * math.sqrt(v @ cov_p @ v)))
+           "drop": {m: estimate(fit, {**{(m, n): share for n in STALE_DELAYS}, (m, 0): -1})
+                    for m in methods if (m, 0) in have}}
     rng = np.random.default_rng(DRAW_SEED)
     # the reference family: every method against each reference it is not
     refs = [r for r in REFERENCES if r in methods]
