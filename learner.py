@@ -476,10 +476,11 @@ def response_grad_sq(cfg: dict, model, rollouts: list, pad_id: int) -> torch.Ten
     it). One forward and one backward pass per micro-batch (ghost_grad_sq) where every module
     with trainable parameters is one ghost_grad_sq knows; otherwise one pair per response
     (response_grad_sq_loop). p.grad is left as it was."""
-    if ghost_modules(model) is None:
+    kinds = ghost_modules(model)
+    if kinds is None:
         return response_grad_sq_loop(cfg, model, rollouts, pad_id)
     mb = cfg["micro_batch_size"]
-    return torch.cat([ghost_grad_sq(cfg, model, rollouts[i:i + mb], pad_id)
+    return torch.cat([ghost_grad_sq(cfg, model, rollouts[i:i + mb], pad_id, kinds)
                       for i in range(0, len(rollouts), mb)])
 
 
@@ -527,7 +528,7 @@ def ghost_modules(model):
     return kinds
 
 
-def ghost_grad_sq(cfg: dict, model, rollouts: list, pad_id: int) -> torch.Tensor:
+def ghost_grad_sq(cfg: dict, model, rollouts: list, pad_id: int, kinds: dict) -> torch.Tensor:
     r"""response_grad_sq of one micro-batch by per-sample ("ghost") norms: one forward pass, one
     backward pass to the activations only (no parameter gradient is formed), and per module the
     exact per-response norm of its parameters' gradient from its input a and its output's
@@ -544,9 +545,9 @@ def ghost_grad_sq(cfg: dict, model, rollouts: list, pad_id: int) -> torch.Tensor
     a shared prompt's activations would carry several responses' gradients). The output layer
     runs on all response tokens at once (no logits chunks). Memory: that of a backward pass
     without parameter gradients, plus per module two [B, L, L] Gram matrices (L the row width)
-    or one [B, d_out, d_in] outer product, and for a tied head [B, L, d]."""
+    or one [B, d_out, d_in] outer product, and for a tied head [B, L, d]. kinds: ghost_modules
+    of the model."""
     device = next(model.parameters()).device
-    kinds = ghost_modules(model)
     inputs = batch_inputs(rollouts, pad_id, model.config.hidden_size, may_pack=False, may_share=False)
     inputs = {k: v if v is None else v.to(device) for k, v in inputs.items()}
     B, ids = len(rollouts), inputs["ids"]

@@ -534,6 +534,17 @@ def m2po(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
                      **_weight_health(w, mask, can_mask=True)}
 
 
+def _sampler_clip_kept(logp, behavior_logp, mask, rewards, group_size, hp, keep):
+    """PPO's clip against the sampler on the responses `keep` [B, 1] holds: loss, A, metrics
+    is_masked_frac (tokens of dropped responses) and clip_frac (kept tokens clipped)."""
+    A = _grpo_advantages(rewards, group_size)
+    tok, clipped = _clipped_surrogate(logp, behavior_logp, A[:, None], hp["clip_low"], hp["clip_high"])
+    n = mask.sum()
+    extra = {"clip_frac": (clipped * keep * mask).sum() / n,
+             "is_masked_frac": ((1 - keep) * mask).sum() / n}
+    return (tok * keep * mask).sum() / n, A.detach(), extra
+
+
 @register("ds_mask", needs_ref=False, label="PPO+OPSM (δ 0.5, TRL's)")
 def ds_mask(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""DeepSeek-V3.2's off-policy sequence masking (arXiv 2512.02556; TRL
@@ -553,14 +564,10 @@ def ds_mask(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     share of response tokens clipped among the kept ones.
     """
     A = _grpo_advantages(rewards, group_size)
-    tok, clipped = _clipped_surrogate(logp, behavior_logp, A[:, None], hp["clip_low"], hp["clip_high"])
     lengths = mask.sum(1).clamp(min=1)
     kl = -_seq_log_ratio(logp, behavior_logp, mask).view(-1) / lengths
     keep = (~((A < 0) & (kl > hp["ds_mask_delta"]))).to(mask.dtype)[:, None]
-    n = mask.sum()
-    extra = {"clip_frac": (clipped * keep * mask).sum() / n,
-             "is_masked_frac": ((1 - keep) * mask).sum() / n}
-    return (tok * keep * mask).sum() / n, A.detach(), extra
+    return _sampler_clip_kept(logp, behavior_logp, mask, rewards, group_size, hp, keep)
 
 
 # ---- issue 31, part 1 ----
@@ -1019,17 +1026,6 @@ def vcpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
                      "vcpo_baseline_mean": b.mean()}
 
 
-def _sampler_clip_kept(logp, behavior_logp, mask, rewards, group_size, hp, keep):
-    """PPO's clip against the sampler on the responses `keep` [B, 1] holds: loss, A, metrics
-    is_masked_frac (tokens of dropped responses) and clip_frac (kept tokens clipped)."""
-    A = _grpo_advantages(rewards, group_size)
-    tok, clipped = _clipped_surrogate(logp, behavior_logp, A[:, None], hp["clip_low"], hp["clip_high"])
-    n = mask.sum()
-    extra = {"clip_frac": (clipped * keep * mask).sum() / n,
-             "is_masked_frac": ((1 - keep) * mask).sum() / n}
-    return (tok * keep * mask).sum() / n, A.detach(), extra
-
-
 @register("trm", needs_ref=False, label="TRM")
 def trm(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""Trust Region Masking (arXiv 2512.23075; verl ``rollout_corr_helper.py``
@@ -1263,6 +1259,17 @@ def _check_name(name):
         raise ValueError(f"unknown loss name {name!r}; choose one of {sorted(LOSSES)}")
 
 
+def _require_numbers(hp, keys, nonnegative=False):
+    """Each of hp[keys] a finite int or float (not a bool, not a string from YAML), and >= 0 if
+    `nonnegative`; else ValueError naming the key."""
+    for key in keys:
+        v = hp[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{key} must be a finite number, got {v!r}; parse it as a float")
+        if nonnegative and v < 0:
+            raise ValueError(f"{key} must be >= 0, got {v}")
+
+
 def check_hparams(name, hparams):
     """The full hyperparameter dict (DEFAULTS updated by ``hparams``); ValueError naming a bad one."""
     unknown = sorted(set(hparams) - set(DEFAULTS))
@@ -1270,12 +1277,9 @@ def check_hparams(name, hparams):
         raise ValueError(f"unknown hyperparameter(s) {unknown} for compute_loss; "
                          f"allowed keys are {sorted(DEFAULTS)}")
     hp = {**DEFAULTS, **hparams}
-    for key in ("beta", "clip_low", "clip_high", "tis_cap", "mis_low", "mis_high", "icepop_low",
-                "icepop_high", "tis_seq_cap", "mis_seq_cap", "gspo_eps_low", "gspo_eps_high",
-                "m2_threshold", "ds_mask_delta"):
-        v = hp[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{key} must be a finite number, got {v!r}; parse it as a float")
+    _require_numbers(hp, ("beta", "clip_low", "clip_high", "tis_cap", "mis_low", "mis_high", "icepop_low",
+                          "icepop_high", "tis_seq_cap", "mis_seq_cap", "gspo_eps_low", "gspo_eps_high",
+                          "m2_threshold", "ds_mask_delta"))
     if hp["grpo_anchor"] not in ("proximal", "behavior"):
         raise ValueError(f"unknown grpo_anchor {hp['grpo_anchor']!r}; use 'proximal' or 'behavior'")
     if hp["mis_direction"] not in ("both", "harmful"):
@@ -1311,11 +1315,8 @@ def check_hparams(name, hparams):
 
 def _check_bound_hparams(hp):
     """trm, seq_outlier_rs, dppo_kl, rec_oneside, rec_ring, asymre, bapo."""
-    for key in ("trm_delta", "outlier_low", "outlier_high", "dppo_kl_delta", "rec_eps_low",
-                "rec_eps_high", "rec_ring_low", "rec_ring_high", "asymre_c"):
-        v = hp[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{key} must be a finite number, got {v!r}; parse it as a float")
+    _require_numbers(hp, ("trm_delta", "outlier_low", "outlier_high", "dppo_kl_delta", "rec_eps_low",
+                          "rec_eps_high", "rec_ring_low", "rec_ring_high", "asymre_c"))
     if hp["trm_divergence"] not in ("k2", "k3"):
         raise ValueError(f"unknown trm_divergence {hp['trm_divergence']!r}; use 'k2' ((log rho)^2 / 2) "
                          "or 'k3' (rho - 1 - log rho)")
@@ -1331,10 +1332,8 @@ def _check_bound_hparams(hp):
     if not hp["rec_eps_low"] <= hp["rec_ring_low"] <= 1 or hp["rec_ring_high"] < hp["rec_eps_high"]:
         raise ValueError(f"need rec_eps_low <= rec_ring_low <= 1 and rec_ring_high >= rec_eps_high (the "
                          f"ring lies outside the band), got {hp['rec_ring_low']}, {hp['rec_ring_high']}")
-    for key in ("bapo_rho0", "bapo_lo_start", "bapo_lo_max", "bapo_hi_start", "bapo_hi_max", "bapo_step"):
-        v = hp[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{key} must be a finite number >= 0, got {v!r}")
+    _require_numbers(hp, ("bapo_rho0", "bapo_lo_start", "bapo_lo_max", "bapo_hi_start", "bapo_hi_max",
+                          "bapo_step"), nonnegative=True)
     if not 0 < hp["bapo_lo_start"] <= hp["bapo_lo_max"] <= 1 <= hp["bapo_hi_start"] <= hp["bapo_hi_max"]:
         raise ValueError("need 0 < bapo_lo_start <= bapo_lo_max <= 1 <= bapo_hi_start <= bapo_hi_max "
                          f"(ratio bounds), got {hp['bapo_lo_start']}, {hp['bapo_lo_max']}, "
@@ -1343,11 +1342,8 @@ def _check_bound_hparams(hp):
 
 def _check_part2_hparams(hp):
     """Issue 31, part 2's keys: gepo, a3po, dppo_tv, geo_rs, k3_rs, vcpo."""
-    for key in ("gepo_eps", "dppo_delta", "dppo_rho_cap", "geo_rs_low", "geo_rs_high",
-                "k3_rs_threshold", "k3_rs_clip_c", "vcpo_is_cap"):
-        v = hp[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{key} must be a finite number, got {v!r}; parse it as a float")
+    _require_numbers(hp, ("gepo_eps", "dppo_delta", "dppo_rho_cap", "geo_rs_low", "geo_rs_high",
+                          "k3_rs_threshold", "k3_rs_clip_c", "vcpo_is_cap"))
     alpha = hp["a3po_alpha"]
     if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
                               or not 0 <= alpha <= 1):
@@ -1369,14 +1365,10 @@ def _check_part2_hparams(hp):
 
 def _check_part1_hparams(hp):
     """Issue 31, part 1's keys: m2_tokens, ds_kl_beta, cispo, sapo, gmpo, topr, kimi, vespo."""
-    for key in ("ds_kl_beta", "cispo_eps_low", "cispo_eps_high", "sapo_tau_pos", "sapo_tau_neg",
-                "gmpo_eps", "topr_positive_weight", "topr_negative_weight", "kimi_tau",
-                "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"):
-        v = hp[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{key} must be a finite number, got {v!r}; parse it as a float")
-        if v < 0:
-            raise ValueError(f"{key} must be >= 0, got {v}")
+    _require_numbers(hp, ("ds_kl_beta", "cispo_eps_low", "cispo_eps_high", "sapo_tau_pos", "sapo_tau_neg",
+                          "gmpo_eps", "topr_positive_weight", "topr_negative_weight", "kimi_tau",
+                          "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"),
+                     nonnegative=True)
     if hp["m2_tokens"] not in ("trust_region", "all"):
         raise ValueError(f"unknown m2_tokens {hp['m2_tokens']!r}; use 'trust_region' (the M2PO paper's "
                          "Algorithm 1) or 'all' (AReaL's m2_threshold)")

@@ -88,10 +88,8 @@ class Sampler:
         # prefill; sync() resets the cache after every weight push, so no KV of older weights is
         # reused. Off on CPU: toy prompts are ~10 tokens (nothing to share) and the toy's samples
         # stay those its tables were made with.
-        sized = {}
-        if not on_gpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
-            sized = {"kv_cache_memory_bytes": cpu_kv_cache_bytes(model_path, dtype, max_model_len),
-                     "max_num_seqs": CPU_MAX_NUM_SEQS}
+        sized = {} if on_gpu else {"kv_cache_memory_bytes": cpu_kv_cache_bytes(model_path, dtype, max_model_len),
+                                   "max_num_seqs": CPU_MAX_NUM_SEQS}
         self.llm = LLM(model=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
                        gpu_memory_utilization=gpu_memory_utilization, **sized,
                        enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=on_gpu,
@@ -438,12 +436,15 @@ def sampler_kind(cfg: dict) -> str:
 
 def cpu_kv_cache_bytes(model_path: str, dtype: str, max_model_len: int,
                        max_num_seqs: int = CPU_MAX_NUM_SEQS) -> int:
-    """KV cache bytes for `max_num_seqs` sequences of `max_model_len` tokens at once: 2 (keys
-    and values) x layers x KV heads x head dim x the dtype's bytes per token, each sequence in
-    whole blocks of KV_BLOCK_TOKENS, at least KV_FLOOR_BYTES. With it the cache never limits how
-    many sequences an engine step runs (max_num_seqs does), so the engine batches, and rounds,
-    as with any larger cache."""
+    """The CPU engine's KV cache in bytes: VLLM_CPU_KVCACHE_SPACE GiB when set, else what
+    `max_num_seqs` sequences of `max_model_len` tokens need at once: 2 (keys and values) x layers
+    x KV heads x head dim x the dtype's bytes per token, each sequence in whole blocks of
+    KV_BLOCK_TOKENS, at least KV_FLOOR_BYTES. With it the cache never limits how many sequences
+    an engine step runs (max_num_seqs does), so the engine batches, and rounds, as with any
+    larger cache."""
     import torch
+    if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return int(os.environ["VLLM_CPU_KVCACHE_SPACE"]) * 2 ** 30
     with open(os.path.join(model_path, "config.json")) as f:
         c = json.load(f)
     c = c.get("text_config", c)

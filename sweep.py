@@ -371,14 +371,13 @@ def plan_jobs(jobs: str, runs: int, cfg: dict, cores_per_job: int = None) -> tup
 
 
 def job_kv_cache_gib(cfg: dict) -> float:
-    """The KV cache of one job's CPU engine in GiB: VLLM_CPU_KVCACHE_SPACE when set, else what
-    rollout.Sampler sizes for the run's model and context (0 for a model folder not there yet)."""
-    if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
-        return float(os.environ["VLLM_CPU_KVCACHE_SPACE"])
-    if not os.path.exists(os.path.join(cfg["model"], "config.json")):
+    """The KV cache of one job's CPU engine in GiB, as rollout.Sampler sizes it for the run's
+    model and context (0 for a model folder not there yet)."""
+    try:
+        return rollout.cpu_kv_cache_bytes(cfg["model"], cfg["sampler_dtype"] or cfg["dtype"],
+                                          tasks.max_model_len(cfg)) / 2 ** 30
+    except FileNotFoundError:
         return 0.0
-    dtype = cfg["sampler_dtype"] or cfg["dtype"]
-    return rollout.cpu_kv_cache_bytes(cfg["model"], dtype, tasks.max_model_len(cfg)) / 2 ** 30
 
 
 def model_files_gib(model: str) -> float:
