@@ -20,13 +20,6 @@ import plot
 import stats
 
 
-def leaderboard_data(root: str) -> pd.DataFrame:
-    """One row per run, as plot.py leaderboard gives stats.fit_leaderboard."""
-    runs = plot.load_runs(root)
-    return pd.DataFrame([{"method": plot.method(r), "N": r["delay"], "seed": r["seed"],
-                          "path": plot.rounding_path(r), "y": 100 * plot.final_mean(r)} for r in runs])
-
-
 def simulate(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 4000) -> dict:
     """Coverage and family-wise error over `reps` tables simulated from the model fitted to `data`
     (`draws`: Monte Carlo draws per refit, fewer than the tables' own, for speed)."""
@@ -59,7 +52,7 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    out = simulate(leaderboard_data(args.root), args.reps, args.seed)
+    out = simulate(plot.leaderboard_data(plot.load_runs(args.root)), args.reps, args.seed)
     print(f"{args.reps} simulated tables ({time.perf_counter() - t0:.0f} s): score intervals cover "
           f"{out['score_cover']:.3f} (nominal 0.95); the reference intervals all cover at once in "
           f"{out['reference_cover']:.3f} (nominal 0.95); with no true difference some pair is split "

@@ -691,6 +691,13 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
     return lines
 
 
+def leaderboard_data(runs: list) -> pd.DataFrame:
+    """The leaderboard model's data (stats.fit_leaderboard): one row per run, its method, N, seed,
+    rounding path and final accuracy in %."""
+    return pd.DataFrame([{"method": method(r), "N": r["delay"], "seed": r["seed"], "path": rounding_path(r),
+                          "y": 100 * final_mean(r)} for r in runs])
+
+
 def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     """Every objective against N, in tiers, from one pooled model of every run's final accuracy
     (stats.fit_leaderboard). Per method: tier letters, the staleness score with its interval, its
@@ -706,14 +713,13 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     runs = load_runs(root)
     groups = defaultdict(list)
     for r in runs:
-        groups[(method(r), r["delay"])].append(r | {"final": final_mean(r), "path": rounding_path(r)})
+        groups[(method(r), r["delay"])].append(r | {"final": final_mean(r)})
     delays = sorted({d for _, d in groups})
     names = [x for n in loss_order(runs) for x in ((n, "grpo_behavior") if n == "grpo" else (n,))]
     order = [n for n in names if any(k[0] == n for k in groups)]
     cells = {n: {d: {r["seed"]: r["final"] for r in groups.get((n, d), [])} for d in delays}
              for n in order}
-    data = pd.DataFrame([{"method": m, "N": d, "seed": r["seed"], "path": r["path"], "y": 100 * r["final"]}
-                         for (m, d), rs in groups.items() for r in rs])
+    data = leaderboard_data([r for rs in groups.values() for r in rs])
     result = stats.fit_leaderboard(data)
     score = result["score"]
     ranked = sorted(order, key=lambda n: (0, -score[n][0]) if n in score
