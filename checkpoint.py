@@ -407,7 +407,7 @@ def checkpoint_bytes(cfg: dict):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(cfg["model"]))
     weights = sum(p.numel() for p in model.parameters()) * getattr(torch, cfg["dtype"]).itemsize
     sizes = {"learner.pt": weights, "optimizer.pt": 2 * weights}
-    if losses.needs_ref(cfg["loss"]) and cfg["ref_refresh_every"] > 0:
+    if losses.objective(cfg["loss"]).needs_ref and cfg["ref_refresh_every"] > 0:
         sizes["reference.pt"] = weights
     positions = tasks.context_need(cfg)["length"] + cfg["max_tokens"]
     responses = cfg["prompts_per_update"] * cfg["group_size"]

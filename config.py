@@ -118,7 +118,7 @@ def validate(cfg: dict) -> None:
         (cfg["logits_chunk_mib"] >= 0, "logits_chunk_mib must be >= 0 (0: no chunks)"),
         (cfg["behavior_logp"] in ("engine", "learner"),
          f"behavior_logp must be engine or learner, got {cfg['behavior_logp']!r}"),
-        (cfg["loss"] not in losses.LOSSES or not losses.reads_old_logp(cfg["loss"])
+        (cfg["loss"] not in losses.LOSSES or not losses.objective(cfg["loss"]).reads_old_logp
          or cfg["behavior_logp"] == "engine",
          f"{cfg['loss']} reads the engine's log-probs and the learner's (old_logp) of each token: "
          f"behavior_logp=learner replaces the engine's, so their mismatch would read 1; use "

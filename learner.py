@@ -73,7 +73,7 @@ def build_learner(cfg: dict) -> tuple:
     objectives that never read it: no second copy of the model), and AdamW over the policy."""
     model = load_learner(cfg).train()
     ref_model = (load_learner(cfg).eval().requires_grad_(False)
-                 if losses.needs_ref(cfg["loss"]) else None)
+                 if losses.objective(cfg["loss"]).needs_ref else None)
     # fused: one kernel for all parameters, 2-3x faster than the default per-tensor loop on CPU
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=tuple(cfg["adam_betas"]),
                                   weight_decay=cfg["weight_decay"], fused=True)
@@ -632,8 +632,8 @@ def fresh_behavior(cfg: dict, model, batch, pad_id: int) -> dict:
 def adopt_learner_view(cfg: dict, rollouts: list, learner_logp: list) -> None:
     """behavior_logp=learner: the rollouts' behavior log-probs become `learner_logp`, their
     tokens' log-probs under the learner holding the weights that sampled them. An objective
-    that reads them beside the engine's (losses.reads_old_logp: icepop) keeps them as old_logp."""
-    keep_old = losses.reads_old_logp(cfg["loss"])
+    that reads them beside the engine's (its Objective's reads_old_logp: icepop) keeps them as old_logp."""
+    keep_old = losses.objective(cfg["loss"]).reads_old_logp
     for r, lp in zip(rollouts, learner_logp):
         if cfg["behavior_logp"] == "learner":
             r.behavior_logp = lp

@@ -54,34 +54,19 @@ of every [B, T] input set to 0, behavior/ref detached, ``hp`` the full hyperpara
 those that read it).
 """
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-DEFAULTS = {"beta": 0.01, "clip_low": 0.2, "clip_high": 0.2, "tis_cap": 2.0,
-            "grpo_anchor": "proximal", "ggpo_variant": "detached",
-            "mis_low": 0.0, "mis_high": 5.0, "mis_direction": "both", "icepop_low": 0.5, "icepop_high": 5.0,
-            "tis_seq_cap": 2.0, "mis_seq_cap": 3.0, "gspo_eps_low": 3e-4, "gspo_eps_high": 4e-4,
-            "m2_threshold": 0.04, "ds_mask_delta": 0.5,
-            # issue 31, part 1 (DESIGN.md: where the references disagree)
-            "m2_tokens": "trust_region", "ds_kl_beta": 0.001,
-            "cispo_eps_low": 1.0, "cispo_eps_high": 4.0, "sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05,
-            "gmpo_eps": 0.4, "topr_positive_weight": 1.0, "topr_negative_weight": 1.0,
-            "kimi_tau": 0.1, "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0,
-            "vespo_lambda_neg": 2.0,
-            # issue 31, part 2 (each docstring: where the references disagree)
-            "gepo_eps": 0.2, "a3po_alpha": None, "dppo_delta": 0.2, "dppo_rho_cap": 3.0,
-            "geo_rs_low": 0.999, "geo_rs_high": 1.001, "k3_rs_threshold": 0.01, "k3_rs_clip_c": 3.0,
-            "vcpo_is_cap": 8.0,
-            # sequence rejection by the sampler, binary-KL trust region, REC, AsymRE
-            "trm_divergence": "k2", "trm_delta": 2.5, "outlier_low": 1e-4, "outlier_high": 100.0,
-            "dppo_kl_delta": 0.05, "rec_eps_low": 0.2, "rec_eps_high": 0.2, "rec_ring_low": 0.6,
-            "rec_ring_high": 2.0, "asymre_c": 0.1,
-            # BAPO's bound search (its recipe's yaml)
-            "bapo_rho0": 1.0, "bapo_lo_start": 0.6, "bapo_lo_max": 0.8, "bapo_hi_start": 1.2,
-            "bapo_hi_max": 2.0, "bapo_step": 0.05}
-LOG_RATIO_BOUND = 20.0  # |log rho| clamp of verl's and SkyRL's rejection statistics (SAFETY_BOUND)
+DEFAULTS = {}  # every objective's settings, key -> default: the union of their registrations
+PPO_CLIP = {"clip_low": 0.2, "clip_high": 0.2}  # PPO's clip epsilons, shared by the clipped objectives
+ADV_EPS = 1e-6  # GRPO's std guard: A = (r - mean) / (std + ADV_EPS)
+WEIGHT_EPS = 1e-8  # guard of a denominator that is a sum of weights or a spread (snis, vcpo)
+LOG_RATIO_BOUND = 20.0  # |log rho| clamp before an exp (verl's and SkyRL's SAFETY_BOUND)
+GSPO_LOG_RATIO_MAX = 10.0  # verl's cap on GSPO's log sequence ratio
+VESPO_MIN_WEIGHT = 1e-8  # VESPO's floor on the sequence ratio before its gamma weight
+VESPO_MIN_LAMBDA = 1e-4  # VESPO's floor on lambda
 BINARY_KL_EPS = 1e-8  # SkyRL's guard inside the binary KL's log(1 - p)
 BAPO_EPS = 1e-8  # BAPO's guard in the positive / negative contribution ratio
 DUAL_CLIP_C = 3.0  # PPO's dual clip of verl (clip_ratio_c): loss <= -c A for A < 0
@@ -89,76 +74,111 @@ DUAL_CLIP_C = 3.0  # PPO's dual clip of verl (clip_ratio_c): loss <= -c A for A 
 
 @dataclass(frozen=True)
 class Objective:
+    """What an objective is and what it needs from the loop; every field but fn and label has a
+    default that needs nothing."""
     fn: Callable          # (logp, behavior_logp, ref_logp, mask, rewards, group_size, hp) -> (loss, coef, extra)
-    needs_ref: bool       # reads ref_logp: the trainer keeps a reference model only for these
     label: str            # name in figures and tables
-    batch_stats: Callable = None  # (logp, behavior_logp, mask, hp) -> {key: float} of the whole
-                                  #   rollout batch, merged into hp (m2po, gspo); None: none needed
-    stats_read_logp: bool = True  # batch_stats reads the log-probs (m2po), not just the mask (gspo)
-    stats_read_rewards: bool = False  # batch_stats reads hp["rewards"], hp["group_size"] (m2po's
-                                      #   trust region is signed by the advantage)
+    hparams: dict = field(default_factory=dict)  # its settings: key -> default
+    checks: tuple = ()    # (hp, name) -> None each, ValueError naming a bad setting; they run on
+                          #   every call, for every objective's settings (a bad value is an error
+                          #   whichever objective runs)
+    needs_ref: bool = False       # reads ref_logp: the trainer keeps a reference model only for these
     reads_old_logp: bool = False  # reads hp["old_logp"]: the learner's log-probs of each token
                                   #   under the weights that sampled it (icepop)
     needs_grad_sq: bool = False   # reads hp["response_grad_sq"]: ||grad_theta sum_t logp||^2 of each
-                                  #   response, which the trainer measures (vcpo's baseline)
+                                  #   response, which the trainer measures first (vcpo's baseline)
+    batch_stats: Callable = None  # (logp, behavior_logp, mask, hp) -> {key: float} of the whole
+                                  #   rollout batch, merged into hp (m2po, gspo); None: none needed
+    stats_read_logp: bool = True  # batch_stats reads the log-probs (m2po), not just the mask (gspo)
+    stats_read_rewards: bool = False  # batch_stats reads hp["rewards"], hp["group_size"]
+    prepare: Callable = None  # (loss_args, staleness) -> loss_args for one batch, staleness = learner
+                              #   version - mean sampler version of the batch (a3po's alpha)
+    lr_scale: Callable = None  # (seq_log_ratio [B] of the whole batch) -> this step's lr factor (vcpo)
 
 
 LOSSES = {}  # name -> Objective, in registration order (the order of every figure's legend)
 
 
-def register(name, *, needs_ref, label, batch_stats=None, stats_read_logp=True,
-             stats_read_rewards=False, reads_old_logp=False, needs_grad_sq=False):
-    """Register the decorated function as objective ``name`` (the config's ``loss``)."""
+def register(name, *, label, hparams=None, checks=(), **needs):
+    """Register the decorated function as objective ``name`` (the config's ``loss``), with its
+    settings ``hparams`` (key -> default; a key two objectives share must have one default), the
+    ``checks`` of those settings and what it ``needs`` (the other fields of Objective)."""
     def add(fn):
         if name in LOSSES:
             raise ValueError(f"objective {name!r} is registered twice")
-        LOSSES[name] = Objective(fn, needs_ref, label, batch_stats, stats_read_logp,
-                                 stats_read_rewards, reads_old_logp, needs_grad_sq=needs_grad_sq)
+        for key, default in (hparams or {}).items():
+            if key in DEFAULTS and DEFAULTS[key] != default:
+                raise ValueError(f"{name} sets {key} = {default!r} by default, another objective "
+                                 f"{DEFAULTS[key]!r}: a shared setting has one default")
+            DEFAULTS[key] = default
+        LOSSES[name] = Objective(fn, label, dict(hparams or {}), tuple(checks), **needs)
         return fn
     return add
 
 
-def reads_old_logp(name):
-    """True when objective ``name`` reads ``old_logp`` (icepop): the learner's log-probs of each
-    token under the weights that sampled it, pi_train(theta_old), beside the engine's
-    ``behavior_logp``, pi_infer(theta_old). The trainer keeps them only for these objectives."""
-    _check_name(name)
-    return LOSSES[name].reads_old_logp
+def objective(name) -> Objective:
+    """The registered objective ``name``; ValueError naming the choices if there is none."""
+    if name not in LOSSES:
+        raise ValueError(f"unknown loss name {name!r}; choose one of {sorted(LOSSES)}")
+    return LOSSES[name]
 
 
-def needs_grad_sq(name):
-    """True when objective ``name`` reads ``response_grad_sq`` (vcpo): per response the squared
-    norm of the gradient of its log-prob, ||grad_theta sum_t logp||^2, which the trainer
-    measures before the update (learner.response_grad_sq)."""
-    _check_name(name)
-    return LOSSES[name].needs_grad_sq
+# ----------------------------------------------------------------------------- settings' checks
+
+def _require_numbers(hp, keys, nonnegative=False):
+    """Each of hp[keys] a finite int or float (not a bool, not a string from YAML), and >= 0 if
+    `nonnegative`; else ValueError naming the key."""
+    for key in keys:
+        v = hp[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{key} must be a finite number, got {v!r}; parse it as a float")
+        if nonnegative and v < 0:
+            raise ValueError(f"{key} must be >= 0, got {v}")
 
 
-def needs_ref(name):
-    """True when objective ``name`` needs reference log-probs (so the trainer can skip them)."""
-    _check_name(name)
-    return LOSSES[name].needs_ref
+def _nonnegative(*keys):
+    """A check: each key a finite number >= 0."""
+    return lambda hp, name: _require_numbers(hp, keys, nonnegative=True)
 
 
-def needs_batch_stats(name):
-    """True when objective ``name`` reads statistics of the whole rollout batch (m2po, gspo):
-    a trainer that splits the batch into micro-batches computes them first (batch_stats)."""
-    _check_name(name)
-    return LOSSES[name].batch_stats is not None
+def _positive(*keys):
+    """A check: each key a finite number > 0."""
+    def check(hp, name):
+        _require_numbers(hp, keys)
+        for key in keys:
+            if hp[key] <= 0:
+                raise ValueError(f"{key} must be > 0, got {hp[key]}")
+    return check
 
 
-def batch_stats_read_logp(name):
-    """True when objective ``name``'s batch statistics read log-probs (m2po's cutoff), so the
-    trainer needs a no-grad pass over the batch first; False when the mask alone gives them
-    (gspo's mean length), and the trainer passes logp=None, behavior_logp=None."""
-    _check_name(name)
-    return LOSSES[name].stats_read_logp
+def _choice(key, **meanings):
+    """A check: hp[key] one of the keyword names (each value says what it means)."""
+    def check(hp, name):
+        if hp[key] not in meanings:
+            ways = " or ".join(f"{k!r} ({v})" if v else repr(k) for k, v in meanings.items())
+            raise ValueError(f"unknown {key} {hp[key]!r}; use {ways}")
+    return check
+
+
+def _check_ppo_clip(hp, name):
+    _require_numbers(hp, ("clip_low", "clip_high"))
+    if not 0 <= hp["clip_low"] < 1 or hp["clip_high"] < 0:
+        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {hp['clip_low']}, {hp['clip_high']}")
+
+
+def _band(low, high):
+    """A check: 0 <= hp[low] < hp[high], both numbers."""
+    def check(hp, name):
+        _require_numbers(hp, (low, high))
+        if not 0 <= hp[low] < hp[high]:
+            raise ValueError(f"need 0 <= {low} < {high}, got {hp[low]}, {hp[high]}")
+    return check
 
 
 def _grpo_advantages(rewards, m):
     """A_i = (r_i - mean r) / (std r + 1e-6) per group, std unbiased (as DeepSeekMath and TRL)."""
     g = rewards.view(-1, m)
-    return ((g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + 1e-6)).view(-1)
+    return ((g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + ADV_EPS)).view(-1)
 
 
 def _clipped_surrogate(logp, anchor, A, clip_low, clip_high):
@@ -171,7 +191,16 @@ def _clipped_surrogate(logp, anchor, A, clip_low, clip_high):
     return token_loss, clipped
 
 
-@register("grpo", needs_ref=False, label="GRPO")
+def _check_grpo_anchor(hp, name):
+    _choice("grpo_anchor", proximal="", behavior="")(hp, name)
+    if name != "grpo" and hp["grpo_anchor"] != "proximal":
+        raise ValueError(f"{name} has no anchor to choose (grpo_tis always uses the proximal anchor, "
+                         "the corrections are ratios against the sampler); grpo_anchor='behavior' is "
+                         "for 'grpo' only (drop it or set it to 'proximal')")
+
+
+@register("grpo", label="GRPO", hparams={**PPO_CLIP, "grpo_anchor": "proximal"},
+          checks=(_check_ppo_clip, _check_grpo_anchor))
 def grpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GRPO.
 
@@ -190,7 +219,8 @@ def grpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return (tok * mask).sum() / n, A.detach(), extra
 
 
-@register("grpo_tis", needs_ref=False, label="GRPO+TIS")
+@register("grpo_tis", label="GRPO+TIS", hparams={**PPO_CLIP, "tis_cap": 2.0},
+          checks=(_check_ppo_clip, _positive("tis_cap")))
 def grpo_tis(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GRPO+TIS: GRPO with the proximal anchor, each token loss times a truncated IS weight.
 
@@ -209,7 +239,13 @@ def grpo_tis(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return (w * tok * mask).sum() / n, A.detach(), extra
 
 
-@register("agro", needs_ref=True, label="AGRO")
+def _check_beta(hp, name):
+    _require_numbers(hp, ("beta",))
+    if hp["beta"] < 0 or (name == "ggpo" and hp["beta"] <= 0):
+        raise ValueError(f"beta must be >= 0 (and > 0 for ggpo, which divides by it), got {hp['beta']}")
+
+
+@register("agro", label="AGRO", hparams={"beta": 0.01}, checks=(_check_beta,), needs_ref=True)
 def agro(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""AGRO (any-generation reward optimization); no importance weights.
 
@@ -225,7 +261,9 @@ def agro(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return -(a * L).sum() / mask.sum(), a, {}
 
 
-@register("ggpo", needs_ref=True, label="GGPO")
+@register("ggpo", label="GGPO", hparams={"beta": 0.01, **PPO_CLIP, "ggpo_variant": "detached"},
+          checks=(_check_beta, _check_ppo_clip, _choice("ggpo_variant", detached="", original="")),
+          needs_ref=True)
 def ggpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GGPO (group Gibbs policy optimization; this project's reconstruction).
 
@@ -312,7 +350,9 @@ def _token_masked_is(logp, behavior_logp, mask, rewards, group_size, low, high, 
     return loss, A, _weight_health(w, mask, can_mask=True)
 
 
-@register("grpo_mis", needs_ref=False, label="GRPO+MIS")
+@register("grpo_mis", label="GRPO+MIS",
+          hparams={"mis_low": 0.0, "mis_high": 5.0, "mis_direction": "both"},
+          checks=(_band("mis_low", "mis_high"), _choice("mis_direction", both="", harmful="")))
 def grpo_mis(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""Token masked IS (TRL ``vllm_importance_sampling_mode="token_mask"``; AReaL's decoupled PPO
     with ``behav_imp_weight_cap`` at one update per batch, where its proximal policy is the learner).
@@ -334,7 +374,8 @@ def grpo_mis(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
                             hp["mis_low"], hp["mis_high"], hp["mis_direction"])
 
 
-@register("icepop", needs_ref=False, label="IcePop (Ring-1T)", reads_old_logp=True)
+@register("icepop", label="IcePop (Ring-1T)", hparams={**PPO_CLIP, "icepop_low": 0.5, "icepop_high": 5.0},
+          checks=(_check_ppo_clip, _band("icepop_low", "icepop_high")), reads_old_logp=True)
 def icepop(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""IcePop as the Ring-1T report publishes it (Ling team, arXiv 2510.18855, Sec. IcePop; its
     blog ringtech.notion.site/icepop; TRL's paper index, "Masked Importance Sampling", and slime's
@@ -369,7 +410,8 @@ def icepop(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return (w * tok * mask).sum() / n, A.detach(), extra
 
 
-@register("icepop_primerl", needs_ref=False, label="IcePop (prime-rl form)")
+@register("icepop_primerl", label="IcePop (prime-rl form)",
+          hparams={"icepop_low": 0.5, "icepop_high": 5.0}, checks=(_band("icepop_low", "icepop_high"),))
 def icepop_primerl(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""IcePop in the form prime-rl quotes (INTELLECT-3 technical report, arXiv 2512.16144, eq. 1;
     prime-rl PRs #2401 and #3526): the mask on the ratio of the CURRENT learner to the sampler,
@@ -393,7 +435,8 @@ def _seq_log_ratio(logp, behavior_logp, mask):
     return ((logp.detach() - behavior_logp) * mask).sum(1, keepdim=True)
 
 
-@register("grpo_tis_seq", needs_ref=False, label="GRPO+seq-TIS")
+@register("grpo_tis_seq", label="GRPO+seq-TIS", hparams={"tis_seq_cap": 2.0},
+          checks=(_positive("tis_seq_cap"),))
 def grpo_tis_seq(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""Sequence truncated IS (verl ``rollout_is: sequence`` with ``rollout_is_threshold``; TRL
     ``vllm_importance_sampling_mode="sequence_truncate"``):
@@ -409,7 +452,8 @@ def grpo_tis_seq(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return loss, A, _weight_health(w, mask, can_mask=False)
 
 
-@register("grpo_mis_seq", needs_ref=False, label="GRPO+seq-MIS")
+@register("grpo_mis_seq", label="GRPO+seq-MIS", hparams={"mis_seq_cap": 3.0},
+          checks=(_positive("mis_seq_cap"),))
 def grpo_mis_seq(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""Sequence masked IS (TRL's default ``vllm_importance_sampling_mode="sequence_mask"``, its
     ``vllm_importance_sampling_clip_max`` = 3; verl's Seq-MIS preset, sequence IS with a
@@ -431,7 +475,15 @@ def _gspo_stats(logp, behavior_logp, mask, hp):
     return {"gspo_len_mean": float(mask.sum() / mask.size(0))}
 
 
-@register("gspo", needs_ref=False, label="GSPO", batch_stats=_gspo_stats, stats_read_logp=False)
+def _check_gspo_eps(hp, name):
+    _require_numbers(hp, ("gspo_eps_low", "gspo_eps_high"))
+    if not 0 <= hp["gspo_eps_low"] < 1 or hp["gspo_eps_high"] < 0:
+        raise ValueError(f"need 0 <= gspo_eps_low < 1 and gspo_eps_high >= 0, got "
+                         f"{hp['gspo_eps_low']}, {hp['gspo_eps_high']}")
+
+
+@register("gspo", label="GSPO", hparams={"gspo_eps_low": 3e-4, "gspo_eps_high": 4e-4},
+          checks=(_check_gspo_eps,), batch_stats=_gspo_stats, stats_read_logp=False)
 def gspo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GSPO (Zheng et al., 2025) against the sampler (verl's bypass mode: old = rollout
     log-probs), in GSPO-token form:
@@ -450,7 +502,7 @@ def gspo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     """
     A = _grpo_advantages(rewards, group_size)[:, None]
     lengths = mask.sum(1, keepdim=True).clamp(min=1)
-    log_s = (_seq_log_ratio(logp, behavior_logp, mask) / lengths).clamp(max=10.0)
+    log_s = (_seq_log_ratio(logp, behavior_logp, mask) / lengths).clamp(max=GSPO_LOG_RATIO_MAX)
     s_tok = torch.exp(log_s + logp - logp.detach())
     lo, hi = 1.0 - hp["gspo_eps_low"], 1.0 + hp["gspo_eps_high"]
     tok = -torch.minimum(s_tok * A, s_tok.clamp(lo, hi) * A)
@@ -493,7 +545,11 @@ def _m2po_stats(logp, behavior_logp, mask, hp):
     return {"m2_cutoff": m2po_cutoff(sq, region, hp["m2_threshold"])}
 
 
-@register("m2po", needs_ref=False, label="M2PO", batch_stats=_m2po_stats, stats_read_rewards=True)
+@register("m2po", label="M2PO", hparams={"m2_threshold": 0.04, "m2_tokens": "trust_region"},
+          checks=(_nonnegative("m2_threshold"),
+                  _choice("m2_tokens", trust_region="the M2PO paper's Algorithm 1",
+                          all="AReaL's m2_threshold")),
+          batch_stats=_m2po_stats, stats_read_rewards=True)
 def m2po(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""M2PO (Zheng, Zhao and Chen, 2025, "Prosperity before Collapse", arXiv 2510.01161), the
     paper's Algorithm 1 against the sampler. ``m2_tokens: trust_region`` (default, the paper):
@@ -545,7 +601,8 @@ def _sampler_clip_kept(logp, behavior_logp, mask, rewards, group_size, hp, keep)
     return (tok * keep * mask).sum() / n, A.detach(), extra
 
 
-@register("ds_mask", needs_ref=False, label="PPO+OPSM (δ 0.5, TRL's)")
+@register("ds_mask", label="PPO+OPSM (δ 0.5, TRL's)", hparams={**PPO_CLIP, "ds_mask_delta": 0.5},
+          checks=(_check_ppo_clip, lambda hp, name: _require_numbers(hp, ("ds_mask_delta",))))
 def ds_mask(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""DeepSeek-V3.2's off-policy sequence masking (arXiv 2512.02556; TRL
     ``off_policy_mask_threshold``, grpo_trainer.py ``get_off_policy_mask``) on PPO's clip
@@ -570,10 +627,9 @@ def ds_mask(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return _sampler_clip_kept(logp, behavior_logp, mask, rewards, group_size, hp, keep)
 
 
-# ---- issue 31, part 1 ----
-
-
-@register("ds_v32", needs_ref=True, label="DeepSeek-V3.2 (OPSM + K3)")
+@register("ds_v32", label="DeepSeek-V3.2 (OPSM + K3)",
+          hparams={**PPO_CLIP, "ds_mask_delta": 0.5, "ds_kl_beta": 0.001},
+          checks=(_check_ppo_clip, _nonnegative("ds_kl_beta")), needs_ref=True)
 def ds_v32(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""DeepSeek-V3.2's GRPO objective (arXiv 2512.02556, Sec. 3, "Unbiased KL Estimate" and
     "Off-Policy Sequence Masking"; TRL ``use_bias_correction_kl`` with
@@ -597,7 +653,14 @@ def ds_v32(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return loss + hp["ds_kl_beta"] * (kl * mask).sum() / n, A, {**extra, "ds_kl": (kl.detach() * mask).sum() / n}
 
 
-@register("cispo", needs_ref=False, label="CISPO")
+def _check_cispo(hp, name):
+    _require_numbers(hp, ("cispo_eps_low", "cispo_eps_high"), nonnegative=True)
+    if hp["cispo_eps_low"] > 1:
+        raise ValueError(f"cispo_eps_low must be in [0, 1] (1: no lower bound), got {hp['cispo_eps_low']}")
+
+
+@register("cispo", label="CISPO", hparams={"cispo_eps_low": 1.0, "cispo_eps_high": 4.0},
+          checks=(_check_cispo,))
 def cispo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""CISPO (MiniMax-M1, arXiv 2506.13585) against the sampler (verl core_algos.py
     ``compute_policy_loss_cispo``; TRL ``loss_type="cispo"``): the clipped IS weight is
@@ -619,7 +682,8 @@ def cispo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return loss, A, {"clip_frac": ((w != rho) * mask).sum() / n, **_weight_health(w, mask, can_mask=False)}
 
 
-@register("sapo", needs_ref=False, label="SAPO")
+@register("sapo", label="SAPO", hparams={"sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05},
+          checks=(_positive("sapo_tau_pos", "sapo_tau_neg"),))
 def sapo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""SAPO (Qwen, "Soft Adaptive Policy Optimization", arXiv 2511.20347) against the sampler
     (verl core_algos.py ``compute_policy_loss_sapo``; TRL ``loss_type="sapo"``): a smooth gate
@@ -636,14 +700,15 @@ def sapo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     """
     A = _grpo_advantages(rewards, group_size)[:, None]
     tau = torch.where(A > 0, A.new_tensor(hp["sapo_tau_pos"]), A.new_tensor(hp["sapo_tau_neg"]))
-    r = torch.exp((logp - behavior_logp).clamp(-20.0, 20.0))
+    r = torch.exp((logp - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
     s = torch.sigmoid(tau * (r - 1))
     n = mask.sum()
     w = (4 * s * (1 - s) * r).detach()
     return -(s * 4 / tau * A * mask).sum() / n, A.view(-1).detach(), _weight_health(w, mask, can_mask=False)
 
 
-@register("gmpo", needs_ref=False, label="GMPO", batch_stats=_gspo_stats, stats_read_logp=False)
+@register("gmpo", label="GMPO", hparams={"gmpo_eps": 0.4}, checks=(_positive("gmpo_eps"),),
+          batch_stats=_gspo_stats, stats_read_logp=False)
 def gmpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GMPO (Geometric-Mean Policy Optimization, arXiv 2507.20673) against the sampler (verl
     core_algos.py ``compute_policy_loss_geo_mean``, loss_mode ``geo_mean``): the geometric mean
@@ -672,7 +737,8 @@ def gmpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return loss, A.view(-1).detach(), {"clip_frac": (clipped * mask).sum() / n}
 
 
-@register("topr", needs_ref=False, label="TOPR")
+@register("topr", label="TOPR", hparams={"topr_positive_weight": 1.0, "topr_negative_weight": 1.0},
+          checks=(_nonnegative("topr_positive_weight", "topr_negative_weight"),))
 def topr(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""TOPR (Tapered Off-Policy REINFORCE, arXiv 2503.14286) against the sampler, as ROLL writes
     it (roll/pipeline/rlvr/actor_pg_worker.py ``_compute_topr_loss``): responses of positive
@@ -697,7 +763,7 @@ def topr(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
                      **_weight_health(w, mask, can_mask=False)}
 
 
-@register("kimi", needs_ref=False, label="Kimi k1.5")
+@register("kimi", label="Kimi k1.5", hparams={"kimi_tau": 0.1}, checks=(_nonnegative("kimi_tau"),))
 def kimi(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""Kimi k1.5's policy optimization (arXiv 2501.12599, eq. 3) against the sampler, as ROLL
     writes it (roll/pipeline/rlvr/actor_pg_worker.py ``_compute_kimi15_loss``): REINFORCE with
@@ -721,7 +787,9 @@ def kimi(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return loss, a.view(-1).detach(), {"kimi_penalty": (penalty.detach() * mask).sum() / n}
 
 
-@register("vespo", needs_ref=False, label="VESPO")
+@register("vespo", label="VESPO", hparams={"vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0,
+                                           "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0},
+          checks=(_nonnegative("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"),))
 def vespo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""VESPO (arXiv 2602.10693) against the sampler (FloyedShen/VESPO recipe/vespo/code/
     core_algos.py ``compute_policy_loss_vespo``; TRL grpo_trainer.py ``get_gamma_weights``): a
@@ -737,24 +805,31 @@ def vespo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     Metrics: is_weight_mean / is_ess of phi.
     """
     A = _grpo_advantages(rewards, group_size)[:, None]
-    log_w = ((logp.detach() - behavior_logp).clamp(-20.0, 20.0) * mask).sum(1, keepdim=True)
-    log_w = log_w.clamp(math.log(1e-8), 20.0)
+    ell = (logp.detach() - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    log_w = (ell * mask).sum(1, keepdim=True)
+    log_w = log_w.clamp(math.log(VESPO_MIN_WEIGHT), LOG_RATIO_BOUND)
     pos = A >= 0
     k = torch.where(pos, A.new_tensor(hp["vespo_k_pos"]), A.new_tensor(hp["vespo_k_neg"]))
-    lam = torch.where(pos, A.new_tensor(hp["vespo_lambda_pos"]), A.new_tensor(hp["vespo_lambda_neg"])).clamp(min=1e-4)
+    lam = torch.where(pos, A.new_tensor(hp["vespo_lambda_pos"]), A.new_tensor(hp["vespo_lambda_neg"]))
+    lam = lam.clamp(min=VESPO_MIN_LAMBDA)
     phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(0.0, 0.0, 0.0).expand_as(mask)
     loss, A = _weighted_pg(logp, rewards, group_size, mask, phi)
     return loss, A, _weight_health(phi, mask, can_mask=False)
 
-
-# ---- issue 31, part 2 ----
 
 def _seq_mean(x, mask):
     """mean_t x_{i,t} over each response's tokens [B] (lengths clamped at 1)."""
     return (x * mask).sum(1) / mask.sum(1).clamp(min=1)
 
 
-@register("gepo", needs_ref=False, label="GEPO", batch_stats=_gspo_stats, stats_read_logp=False)
+def _check_gepo(hp, name):
+    _require_numbers(hp, ("gepo_eps",))
+    if not 0 <= hp["gepo_eps"] < 1:
+        raise ValueError(f"need 0 <= gepo_eps < 1, got {hp['gepo_eps']}")
+
+
+@register("gepo", label="GEPO", hparams={"gepo_eps": 0.2}, checks=(_check_gepo,),
+          batch_stats=_gspo_stats, stats_read_logp=False)
 def gepo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GEPO (group expectation policy optimization, the HeteroRL paper, 2025: "Group Expectation
     Policy Optimization for Heterogeneous Reinforcement Learning"), as the HeteroRL_GEPO learner
@@ -803,7 +878,25 @@ def a3po_alpha(staleness):
     return 0.0 if staleness <= 0 else min(1.0, max(0.0, (staleness - 1) / staleness))
 
 
-@register("a3po", needs_ref=False, label="A-3PO")
+def _check_a3po_alpha(hp, name):
+    alpha = hp["a3po_alpha"]
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
+                              or not 0 <= alpha <= 1):
+        raise ValueError(f"a3po_alpha must be null (set per batch from its staleness) or a number "
+                         f"in [0, 1], got {alpha!r}")
+
+
+def _a3po_prepare(loss_args, staleness):
+    """a3po_alpha null: this batch's alpha from its staleness (a3po_alpha(staleness))."""
+    if loss_args.get("a3po_alpha") is not None:
+        return loss_args
+    return {**loss_args, "a3po_alpha": a3po_alpha(staleness)}
+
+
+@register("a3po", label="A-3PO",
+          hparams={**PPO_CLIP, "mis_low": 0.0, "mis_high": 5.0, "a3po_alpha": None},
+          checks=(_check_ppo_clip, _band("mis_low", "mis_high"), _check_a3po_alpha),
+          prepare=_a3po_prepare)
 def a3po(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""A-3PO (staleness-aware proximal policy approximation; AReaL's docs/en/algorithms/
     prox_approx.md; ``areal/trainer/ppo/actor.py``,
@@ -844,7 +937,8 @@ def a3po(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return (w * tok * mask).sum() / n, A.detach(), extra
 
 
-@register("dppo_tv", needs_ref=False, label="DPPO-TV")
+@register("dppo_tv", label="DPPO-TV", hparams={"dppo_delta": 0.2, "dppo_rho_cap": 3.0},
+          checks=(_nonnegative("dppo_delta"), _positive("dppo_rho_cap")))
 def dppo_tv(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""DPPO-Binary-TV (Qi et al., 2026, "Rethinking the Trust Region in LLM Reinforcement
     Learning"; sail-sg/Stable-RL ``verl/trainer/ppo/core_algos.py``,
@@ -867,12 +961,21 @@ def dppo_tv(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     ell = logp.detach() - behavior_logp
     d = torch.exp(logp.detach()) - torch.exp(behavior_logp)
     invalid = torch.where(A > 0, d > hp["dppo_delta"], d < -hp["dppo_delta"])
-    w = torch.where(invalid, 0.0, torch.exp(ell.clamp(max=20.0)).clamp(max=hp["dppo_rho_cap"]))
+    rho = torch.exp(ell.clamp(max=LOG_RATIO_BOUND)).clamp(max=hp["dppo_rho_cap"])
+    w = torch.where(invalid, 0.0, rho)
     loss, A = _weighted_pg(logp, rewards, group_size, mask, w)
     return loss, A, _weight_health(w, mask, can_mask=True)
 
 
-@register("geo_rs", needs_ref=False, label="REINFORCE+Geo-RS")
+def _check_geo_rs(hp, name):
+    _require_numbers(hp, ("geo_rs_low", "geo_rs_high"))
+    if not 0 < hp["geo_rs_low"] < hp["geo_rs_high"]:
+        raise ValueError(f"need 0 < geo_rs_low < geo_rs_high (bounds on a geometric-mean ratio), "
+                         f"got {hp['geo_rs_low']}, {hp['geo_rs_high']}")
+
+
+@register("geo_rs", label="REINFORCE+Geo-RS", hparams={"geo_rs_low": 0.999, "geo_rs_high": 1.001},
+          checks=(_check_geo_rs,))
 def geo_rs(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""verl's geometric rejection sampling with its bypass preset's REINFORCE loss
     (``verl/trainer/config/algorithm.py`` ``RolloutCorrectionConfig.bypass_pg_geo_rs``:
@@ -888,14 +991,22 @@ def geo_rs(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     every masking correction of this file. Bypass mode is already against the sampler; at one
     update per batch nothing changes. Metrics: is_masked_frac (tokens of rejected responses).
     """
-    k1_mean = _seq_mean(-(logp.detach() - behavior_logp).clamp(-20.0, 20.0), mask)[:, None]
+    ell = (logp.detach() - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    k1_mean = _seq_mean(-ell, mask)[:, None]
     keep = ((k1_mean >= math.log(hp["geo_rs_low"])) & (k1_mean <= math.log(hp["geo_rs_high"])))
     w = keep.to(mask.dtype).expand_as(mask)
     loss, A = _weighted_pg(logp, rewards, group_size, mask, w)
     return loss, A, {"is_masked_frac": ((1 - w) * mask).sum() / mask.sum()}
 
 
-@register("k3_rs", needs_ref=False, label="PPO+K3-RS")
+def _check_k3_rs_clip_c(hp, name):
+    _require_numbers(hp, ("k3_rs_clip_c",))
+    if hp["k3_rs_clip_c"] <= 1:
+        raise ValueError(f"k3_rs_clip_c must be > 1 (verl's dual-clip bound), got {hp['k3_rs_clip_c']}")
+
+
+@register("k3_rs", label="PPO+K3-RS", hparams={**PPO_CLIP, "k3_rs_threshold": 0.01, "k3_rs_clip_c": 3.0},
+          checks=(_check_ppo_clip, _positive("k3_rs_threshold"), _check_k3_rs_clip_c))
 def k3_rs(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""verl's K3 rejection sampling on PPO's clip against the sampler
     (``verl/trainer/config/algorithm.py`` ``RolloutCorrectionConfig.bypass_ppo_clip_k3_rs``:
@@ -915,7 +1026,7 @@ def k3_rs(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     """
     A = _grpo_advantages(rewards, group_size)
     Ac = A[:, None]
-    lr = (logp.detach() - behavior_logp).clamp(-20.0, 20.0)
+    lr = (logp.detach() - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     keep = (_seq_mean(torch.exp(lr) - 1 - lr, mask) <= hp["k3_rs_threshold"]).to(mask.dtype)[:, None]
     tok, clipped = _clipped_surrogate(logp, behavior_logp, Ac, hp["clip_low"], hp["clip_high"])
     c = hp["k3_rs_clip_c"]
@@ -929,7 +1040,8 @@ def k3_rs(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
 
 def _tis_weights(logp, behavior_logp, cap):
     """verl's token TIS weight min(exp(clamp(ell, -20, 20)), cap), detached."""
-    return torch.exp((logp.detach() - behavior_logp).clamp(-20.0, 20.0)).clamp(max=cap)
+    ell = (logp.detach() - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    return torch.exp(ell).clamp(max=cap)
 
 
 def _snis_stats(logp, behavior_logp, mask, hp):
@@ -938,7 +1050,8 @@ def _snis_stats(logp, behavior_logp, mask, hp):
     return {"snis_weight_mean": float((w * mask).sum() / mask.sum())}
 
 
-@register("snis", needs_ref=False, label="GRPO+SNIS", batch_stats=_snis_stats)
+@register("snis", label="GRPO+SNIS", hparams={"tis_cap": 2.0}, checks=(_positive("tis_cap"),),
+          batch_stats=_snis_stats)
 def snis(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""Self-normalized token TIS: verl's ``rollout_is: token`` with
     ``rollout_is_batch_normalize: true`` (``verl/trainer/ppo/rollout_corr_helper.py``,
@@ -954,10 +1067,10 @@ def snis(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     """
     v = _tis_weights(logp, behavior_logp, hp["tis_cap"])
     vbar = hp["snis_weight_mean"]
-    w = v / vbar if vbar > 1e-8 else v
+    w = v / vbar if vbar > WEIGHT_EPS else v
     loss, A = _weighted_pg(logp, rewards, group_size, mask, w)
     n = mask.sum()
-    raw = torch.exp((logp.detach() - behavior_logp).clamp(-20.0, 20.0))
+    raw = torch.exp((logp.detach() - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
     return loss, A, {**_weight_health(w, mask, can_mask=False),
                      "tis_clip_frac": ((raw >= hp["tis_cap"]) * mask).sum() / n,
                      "snis_norm": logp.new_tensor(vbar)}
@@ -978,7 +1091,8 @@ def vcpo_lr_scale(seq_log_ratio):
     return math.sqrt(min(1.0, float(ess) / x.numel()))
 
 
-@register("vcpo", needs_ref=False, label="VCPO", needs_grad_sq=True)
+@register("vcpo", label="VCPO", hparams={"vcpo_is_cap": 8.0}, checks=(_positive("vcpo_is_cap"),),
+          needs_grad_sq=True, lr_scale=lambda seq_log_ratio: vcpo_lr_scale(seq_log_ratio))
 def vcpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""VCPO (variance-controlled off-policy optimization; "Stable Asynchrony: Variance-Controlled
     Off-Policy RL for LLMs", arXiv 2602.17616; mit-han-lab/vcpo): its closed-form off-policy
@@ -1015,9 +1129,9 @@ def vcpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     w = torch.exp(log_s).clamp(max=hp["vcpo_is_cap"])
     W = (w ** 2 * hp["response_grad_sq"]).view(-1, m)
     r = rewards.view(-1, m)
-    b = (W * r).sum(1, keepdim=True) / (W.sum(1, keepdim=True) + 1e-8)
+    b = (W * r).sum(1, keepdim=True) / (W.sum(1, keepdim=True) + WEIGHT_EPS)
     sigma = r.std(1, unbiased=False, keepdim=True)
-    c = torch.where(sigma > 1e-8, (r - b) / sigma.clamp(min=1e-8), r - b).view(-1).detach()
+    c = torch.where(sigma > WEIGHT_EPS, (r - b) / sigma.clamp(min=WEIGHT_EPS), r - b).view(-1).detach()
     n = mask.sum()
     loss = -(c[:, None] * w[:, None] * torch.exp(logp - logp.detach()) * mask).sum() / n
     scale = vcpo_lr_scale(log_s)
@@ -1026,7 +1140,9 @@ def vcpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
                      "vcpo_baseline_mean": b.mean()}
 
 
-@register("trm", needs_ref=False, label="TRM")
+@register("trm", label="TRM", hparams={**PPO_CLIP, "trm_divergence": "k2", "trm_delta": 2.5},
+          checks=(_check_ppo_clip, _positive("trm_delta"),
+                  _choice("trm_divergence", k2="(log rho)^2 / 2", k3="rho - 1 - log rho")))
 def trm(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""Trust Region Masking (arXiv 2512.23075; verl ``rollout_corr_helper.py``
     ``compute_rollout_rejection_mask``, rollout_rs "seq_max_k2" / "seq_max_k3"): a response is
@@ -1049,7 +1165,16 @@ def trm(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return _sampler_clip_kept(logp, behavior_logp, mask, rewards, group_size, hp, keep)
 
 
-@register("seq_outlier_rs", needs_ref=False, label="PPO+outlier RS (SkyRL)")
+def _check_outlier(hp, name):
+    _require_numbers(hp, ("outlier_low", "outlier_high"))
+    if not 0 <= hp["outlier_low"] < 1 < hp["outlier_high"]:
+        raise ValueError(f"need 0 <= outlier_low < 1 < outlier_high (bounds on a token's ratio), got "
+                         f"{hp['outlier_low']}, {hp['outlier_high']}")
+
+
+@register("seq_outlier_rs", label="PPO+outlier RS (SkyRL)",
+          hparams={**PPO_CLIP, "outlier_low": 1e-4, "outlier_high": 100.0},
+          checks=(_check_ppo_clip, _check_outlier))
 def seq_outlier_rs(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""SkyRL's outlier-token mask (``skyrl_train/utils/off_policy_correction_utils.py``
     ``compute_outlier_token_mask``, ``outlier_token_is_threshold_low/high``) with PPO's clip
@@ -1070,7 +1195,7 @@ def seq_outlier_rs(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp)
     return _sampler_clip_kept(logp, behavior_logp, mask, rewards, group_size, hp, keep)
 
 
-@register("dppo_kl", needs_ref=False, label="DPPO-KL")
+@register("dppo_kl", label="DPPO-KL", hparams={"dppo_kl_delta": 0.05}, checks=(_positive("dppo_kl_delta"),))
 def dppo_kl(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""DPPO-Binary-KL (Qi et al., 2026, arXiv 2602.04879; SkyRL ``ppo_utils.py``
     ``dppo_policy_loss``, dppo_type "binary_kl"): the sibling of ``dppo_tv`` with a trust region
@@ -1113,7 +1238,24 @@ def _rec(logp, behavior_logp, mask, rewards, group_size, keep):
     return loss, A.detach(), {"clip_frac": ((1 - keep) * mask).sum() / n}
 
 
-@register("rec_oneside", needs_ref=False, label="REC-OneSide-NoIS")
+def _check_rec(hp, name):
+    _require_numbers(hp, ("rec_eps_low", "rec_eps_high"))
+    if not 0 < hp["rec_eps_low"] <= 1 or hp["rec_eps_high"] <= 0:
+        raise ValueError(f"need 0 < rec_eps_low <= 1 and rec_eps_high > 0 (Trinity's asserts), got "
+                         f"{hp['rec_eps_low']}, {hp['rec_eps_high']}")
+
+
+def _check_rec_ring(hp, name):
+    _require_numbers(hp, ("rec_ring_low", "rec_ring_high"))
+    if not hp["rec_eps_low"] <= hp["rec_ring_low"] <= 1 or hp["rec_ring_high"] < hp["rec_eps_high"]:
+        raise ValueError(f"need rec_eps_low <= rec_ring_low <= 1 and rec_ring_high >= rec_eps_high (the "
+                         f"ring lies outside the band), got {hp['rec_ring_low']}, {hp['rec_ring_high']}")
+
+
+REC_EPS = {"rec_eps_low": 0.2, "rec_eps_high": 0.2}  # Trinity's epsilon_low / epsilon_high
+
+
+@register("rec_oneside", label="REC-OneSide-NoIS", hparams=REC_EPS, checks=(_check_rec,))
 def rec_oneside(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""REC-OneSide-NoIS (arXiv 2509.24203; agentscope-ai/Trinity-RFT
     ``trinity/algorithm/policy_loss_fn/rec_policy_loss.py`` ``RECPolicyLossFn``, clip_mode
@@ -1135,7 +1277,8 @@ def rec_oneside(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return _rec(logp, behavior_logp, mask, rewards, group_size, keep)
 
 
-@register("rec_ring", needs_ref=False, label="REC-Ring-NoIS")
+@register("rec_ring", label="REC-Ring-NoIS", hparams={**REC_EPS, "rec_ring_low": 0.6, "rec_ring_high": 2.0},
+          checks=(_check_rec, _check_rec_ring))
 def rec_ring(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""REC-Ring-NoIS (arXiv 2509.24203; Trinity-RFT ``rec_policy_loss.py``, clip_mode "ring",
     weight "none"): as ``rec_oneside``, with Trinity's ring of kept ratios: the band [1 -
@@ -1158,7 +1301,8 @@ def rec_ring(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return _rec(logp, behavior_logp, mask, rewards, group_size, keep)
 
 
-@register("asymre", needs_ref=False, label="AsymRE")
+@register("asymre", label="AsymRE", hparams={"asymre_c": 0.1},
+          checks=(lambda hp, name: _require_numbers(hp, ("asymre_c",)),))
 def asymre(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""AsymRE (asymmetric REINFORCE, arXiv 2506.20520; Trinity-RFT's README, baseline shift
     -0.1): REINFORCE on the sampler's responses with the group-mean baseline lowered by asymre_c,
@@ -1201,7 +1345,18 @@ def _bapo_stats(logp, behavior_logp, mask, hp):
     return {"bapo_low": lo, "bapo_high": hi, "bapo_balance": balance}
 
 
-@register("bapo", needs_ref=False, label="BAPO", batch_stats=_bapo_stats, stats_read_rewards=True)
+def _check_bapo(hp, name):
+    _require_numbers(hp, ("bapo_rho0", "bapo_lo_start", "bapo_lo_max", "bapo_hi_start", "bapo_hi_max",
+                          "bapo_step"), nonnegative=True)
+    if not 0 < hp["bapo_lo_start"] <= hp["bapo_lo_max"] <= 1 <= hp["bapo_hi_start"] <= hp["bapo_hi_max"]:
+        raise ValueError("need 0 < bapo_lo_start <= bapo_lo_max <= 1 <= bapo_hi_start <= bapo_hi_max "
+                         f"(ratio bounds), got {hp['bapo_lo_start']}, {hp['bapo_lo_max']}, "
+                         f"{hp['bapo_hi_start']}, {hp['bapo_hi_max']}")
+
+
+@register("bapo", label="BAPO", hparams={"bapo_rho0": 1.0, "bapo_lo_start": 0.6, "bapo_lo_max": 0.8,
+                                         "bapo_hi_start": 1.2, "bapo_hi_max": 2.0, "bapo_step": 0.05},
+          checks=(_check_bapo,), batch_stats=_bapo_stats, stats_read_rewards=True)
 def bapo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""BAPO (balanced policy optimization with adaptive clipping, arXiv 2510.18927;
     WooooDyy/BAPO ``recipe/bapo/policy_loss.py`` ``compute_policy_loss_bapo``): PPO's clip against
@@ -1254,136 +1409,25 @@ def entropy_from_logits(logits, mask):
     return torch.where(mb, h, 0.0).sum() / mb.sum()
 
 
-def _check_name(name):
-    if name not in LOSSES:
-        raise ValueError(f"unknown loss name {name!r}; choose one of {sorted(LOSSES)}")
-
-
-def _require_numbers(hp, keys, nonnegative=False):
-    """Each of hp[keys] a finite int or float (not a bool, not a string from YAML), and >= 0 if
-    `nonnegative`; else ValueError naming the key."""
-    for key in keys:
-        v = hp[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{key} must be a finite number, got {v!r}; parse it as a float")
-        if nonnegative and v < 0:
-            raise ValueError(f"{key} must be >= 0, got {v}")
-
-
 def check_hparams(name, hparams):
-    """The full hyperparameter dict (DEFAULTS updated by ``hparams``); ValueError naming a bad one."""
+    """The full hyperparameter dict (DEFAULTS updated by ``hparams``); ValueError naming a bad one.
+    Every objective's checks run, so a bad setting is an error whichever objective ``name`` is."""
+    objective(name)
     unknown = sorted(set(hparams) - set(DEFAULTS))
     if unknown:
         raise ValueError(f"unknown hyperparameter(s) {unknown} for compute_loss; "
                          f"allowed keys are {sorted(DEFAULTS)}")
     hp = {**DEFAULTS, **hparams}
-    _require_numbers(hp, ("beta", "clip_low", "clip_high", "tis_cap", "mis_low", "mis_high", "icepop_low",
-                          "icepop_high", "tis_seq_cap", "mis_seq_cap", "gspo_eps_low", "gspo_eps_high",
-                          "m2_threshold", "ds_mask_delta"))
-    if hp["grpo_anchor"] not in ("proximal", "behavior"):
-        raise ValueError(f"unknown grpo_anchor {hp['grpo_anchor']!r}; use 'proximal' or 'behavior'")
-    if hp["mis_direction"] not in ("both", "harmful"):
-        raise ValueError(f"unknown mis_direction {hp['mis_direction']!r}; use 'both' or 'harmful'")
-    if hp["ggpo_variant"] not in ("detached", "original"):
-        raise ValueError(f"unknown ggpo_variant {hp['ggpo_variant']!r}; use 'detached' or 'original'")
-    if name != "grpo" and hp["grpo_anchor"] != "proximal":
-        raise ValueError(f"{name} has no anchor to choose (grpo_tis always uses the proximal anchor, "
-                         "the corrections are ratios against the sampler); grpo_anchor='behavior' is "
-                         "for 'grpo' only (drop it or set it to 'proximal')")
-    for low, high in (("mis_low", "mis_high"), ("icepop_low", "icepop_high")):
-        if not 0 <= hp[low] < hp[high]:
-            raise ValueError(f"need 0 <= {low} < {high}, got {hp[low]}, {hp[high]}")
-    for key in ("tis_seq_cap", "mis_seq_cap"):
-        if hp[key] <= 0:
-            raise ValueError(f"{key} must be > 0, got {hp[key]}")
-    if not 0 <= hp["gspo_eps_low"] < 1 or hp["gspo_eps_high"] < 0:
-        raise ValueError(f"need 0 <= gspo_eps_low < 1 and gspo_eps_high >= 0, got "
-                         f"{hp['gspo_eps_low']}, {hp['gspo_eps_high']}")
-    if hp["m2_threshold"] < 0:
-        raise ValueError(f"m2_threshold must be >= 0 (a mean of squares), got {hp['m2_threshold']}")
-    if not 0 <= hp["clip_low"] < 1 or hp["clip_high"] < 0:
-        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {hp['clip_low']}, {hp['clip_high']}")
-    if hp["tis_cap"] <= 0:
-        raise ValueError(f"tis_cap must be > 0, got {hp['tis_cap']}")
-    if hp["beta"] < 0 or (name == "ggpo" and hp["beta"] <= 0):
-        raise ValueError(f"beta must be >= 0 (and > 0 for ggpo, which divides by it), got {hp['beta']}")
-    _check_part1_hparams(hp)
-    _check_part2_hparams(hp)
-    _check_bound_hparams(hp)
+    for check in dict.fromkeys(c for o in LOSSES.values() for c in o.checks):
+        check(hp, name)
     return hp
-
-
-def _check_bound_hparams(hp):
-    """trm, seq_outlier_rs, dppo_kl, rec_oneside, rec_ring, asymre, bapo."""
-    _require_numbers(hp, ("trm_delta", "outlier_low", "outlier_high", "dppo_kl_delta", "rec_eps_low",
-                          "rec_eps_high", "rec_ring_low", "rec_ring_high", "asymre_c"))
-    if hp["trm_divergence"] not in ("k2", "k3"):
-        raise ValueError(f"unknown trm_divergence {hp['trm_divergence']!r}; use 'k2' ((log rho)^2 / 2) "
-                         "or 'k3' (rho - 1 - log rho)")
-    for key in ("trm_delta", "dppo_kl_delta"):
-        if hp[key] <= 0:
-            raise ValueError(f"{key} must be > 0, got {hp[key]}")
-    if not 0 <= hp["outlier_low"] < 1 < hp["outlier_high"]:
-        raise ValueError(f"need 0 <= outlier_low < 1 < outlier_high (bounds on a token's ratio), got "
-                         f"{hp['outlier_low']}, {hp['outlier_high']}")
-    if not 0 < hp["rec_eps_low"] <= 1 or hp["rec_eps_high"] <= 0:
-        raise ValueError(f"need 0 < rec_eps_low <= 1 and rec_eps_high > 0 (Trinity's asserts), got "
-                         f"{hp['rec_eps_low']}, {hp['rec_eps_high']}")
-    if not hp["rec_eps_low"] <= hp["rec_ring_low"] <= 1 or hp["rec_ring_high"] < hp["rec_eps_high"]:
-        raise ValueError(f"need rec_eps_low <= rec_ring_low <= 1 and rec_ring_high >= rec_eps_high (the "
-                         f"ring lies outside the band), got {hp['rec_ring_low']}, {hp['rec_ring_high']}")
-    _require_numbers(hp, ("bapo_rho0", "bapo_lo_start", "bapo_lo_max", "bapo_hi_start", "bapo_hi_max",
-                          "bapo_step"), nonnegative=True)
-    if not 0 < hp["bapo_lo_start"] <= hp["bapo_lo_max"] <= 1 <= hp["bapo_hi_start"] <= hp["bapo_hi_max"]:
-        raise ValueError("need 0 < bapo_lo_start <= bapo_lo_max <= 1 <= bapo_hi_start <= bapo_hi_max "
-                         f"(ratio bounds), got {hp['bapo_lo_start']}, {hp['bapo_lo_max']}, "
-                         f"{hp['bapo_hi_start']}, {hp['bapo_hi_max']}")
-
-
-def _check_part2_hparams(hp):
-    """Issue 31, part 2's keys: gepo, a3po, dppo_tv, geo_rs, k3_rs, vcpo."""
-    _require_numbers(hp, ("gepo_eps", "dppo_delta", "dppo_rho_cap", "geo_rs_low", "geo_rs_high",
-                          "k3_rs_threshold", "k3_rs_clip_c", "vcpo_is_cap"))
-    alpha = hp["a3po_alpha"]
-    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
-                              or not 0 <= alpha <= 1):
-        raise ValueError(f"a3po_alpha must be null (set per batch from its staleness) or a number "
-                         f"in [0, 1], got {alpha!r}")
-    if not 0 <= hp["gepo_eps"] < 1:
-        raise ValueError(f"need 0 <= gepo_eps < 1, got {hp['gepo_eps']}")
-    if hp["dppo_delta"] < 0:
-        raise ValueError(f"dppo_delta must be >= 0 (a probability difference), got {hp['dppo_delta']}")
-    for key in ("dppo_rho_cap", "k3_rs_threshold", "vcpo_is_cap"):
-        if hp[key] <= 0:
-            raise ValueError(f"{key} must be > 0, got {hp[key]}")
-    if not 0 < hp["geo_rs_low"] < hp["geo_rs_high"]:
-        raise ValueError(f"need 0 < geo_rs_low < geo_rs_high (bounds on a geometric-mean ratio), "
-                         f"got {hp['geo_rs_low']}, {hp['geo_rs_high']}")
-    if hp["k3_rs_clip_c"] <= 1:
-        raise ValueError(f"k3_rs_clip_c must be > 1 (verl's dual-clip bound), got {hp['k3_rs_clip_c']}")
-
-
-def _check_part1_hparams(hp):
-    """Issue 31, part 1's keys: m2_tokens, ds_kl_beta, cispo, sapo, gmpo, topr, kimi, vespo."""
-    _require_numbers(hp, ("ds_kl_beta", "cispo_eps_low", "cispo_eps_high", "sapo_tau_pos", "sapo_tau_neg",
-                          "gmpo_eps", "topr_positive_weight", "topr_negative_weight", "kimi_tau",
-                          "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"),
-                     nonnegative=True)
-    if hp["m2_tokens"] not in ("trust_region", "all"):
-        raise ValueError(f"unknown m2_tokens {hp['m2_tokens']!r}; use 'trust_region' (the M2PO paper's "
-                         "Algorithm 1) or 'all' (AReaL's m2_threshold)")
-    if hp["cispo_eps_low"] > 1:
-        raise ValueError(f"cispo_eps_low must be in [0, 1] (1: no lower bound), got {hp['cispo_eps_low']}")
-    for key in ("sapo_tau_pos", "sapo_tau_neg", "gmpo_eps"):
-        if hp[key] <= 0:
-            raise ValueError(f"{key} must be > 0, got {hp[key]}")
 
 
 def _check_tensors(name, logp, behavior_logp, ref_logp, mask, rewards, m):
     if isinstance(m, bool) or not isinstance(m, int) or m < 2:
         raise ValueError(f"group_size must be an int >= 2 (baselines need two responses), got {m!r}")
-    if ref_logp is None and LOSSES[name].needs_ref:
-        raise ValueError(f"{name} needs ref_logp (reference log-probs); pass them, see needs_ref")
+    if ref_logp is None and objective(name).needs_ref:
+        raise ValueError(f"{name} needs ref_logp (reference log-probs); pass them (its Objective's needs_ref)")
     named = {"logp": logp, "behavior_logp": behavior_logp, "mask": mask, "rewards": rewards}
     if ref_logp is not None:
         named["ref_logp"] = ref_logp
@@ -1416,11 +1460,12 @@ def _check_tensors(name, logp, behavior_logp, ref_logp, mask, rewards, m):
 
 
 def _check_old_logp(name, old_logp, logp, mask):
-    if not LOSSES[name].reads_old_logp:
+    if not objective(name).reads_old_logp:
         return
     if not isinstance(old_logp, torch.Tensor):
         raise ValueError(f"{name} needs old_logp (the learner's log-probs of each token under the "
-                         f"weights that sampled it, pi_train(theta_old)); pass them, see reads_old_logp")
+                         f"weights that sampled it, pi_train(theta_old)); pass them (its Objective's "
+                         f"reads_old_logp)")
     if old_logp.shape != logp.shape:
         raise ValueError(f"old_logp has shape {tuple(old_logp.shape)} but logp has "
                          f"{tuple(logp.shape)}; all per-token inputs must be [B, T] and aligned")
@@ -1432,12 +1477,12 @@ def _check_old_logp(name, old_logp, logp, mask):
 def _check_grad_sq(name, response_grad_sq, logp):
     """A [B] tensor of squared norms >= 0 for the objectives that read it; a non-finite one is let
     through (an overflowing gradient makes a non-finite loss, and the trainer skips the update)."""
-    if not LOSSES[name].needs_grad_sq:
+    if not objective(name).needs_grad_sq:
         return
     if not isinstance(response_grad_sq, torch.Tensor):
         raise ValueError(f"{name} needs response_grad_sq (per response ||grad_theta sum_t logp||^2; "
                          f"train.learn measures them with learner.response_grad_sq); pass them, "
-                         f"see needs_grad_sq")
+                         f"(its Objective's needs_grad_sq)")
     if response_grad_sq.shape != (logp.shape[0],):
         raise ValueError(f"response_grad_sq must have shape ({logp.shape[0]},) (one per response), "
                          f"got {tuple(response_grad_sq.shape)}")
@@ -1460,11 +1505,12 @@ def is_health(logp, behavior_logp, mask):
     ell = torch.where(mb, logp.detach() - behavior_logp.detach(), 0.0)
     rho = torch.exp(ell)
     seq = ell.sum(1)
+    bound = LOG_RATIO_BOUND
     return {"is_log_ratio_mean": ell.sum() / n,
             "is_ratio_min": torch.where(mb, rho, math.inf).min(),
             "is_ratio_max": torch.where(mb, rho, -math.inf).max(),
-            "is_chi2_token": (torch.exp(2 * ell.clamp(-20, 20)) * mb).sum() / n - 1,
-            "is_chi2_seq": torch.exp(2 * seq.clamp(-20, 20)).mean() - 1,
+            "is_chi2_token": (torch.exp(2 * ell.clamp(-bound, bound)) * mb).sum() / n - 1,
+            "is_chi2_seq": torch.exp(2 * seq.clamp(-bound, bound)).mean() - 1,
             "is_seq_log_ratio_max": seq.abs().max()}
 
 
@@ -1489,15 +1535,14 @@ def batch_stats(name, *, logp, behavior_logp, mask, rewards=None, group_size=Non
     A trainer that splits the batch into micro-batches computes them once from the whole
     batch's log-probs (no gradient needed) and passes them to every compute_loss call, so the
     micro-batches give the update of one full batch. Where they need the mask alone
-    (``batch_stats_read_logp``), logp and behavior_logp may be None. ``rewards`` [B] and
+    (the objective's ``stats_read_logp`` is False), logp and behavior_logp may be None. ``rewards`` [B] and
     ``group_size``: needed where the statistics depend on the advantage's sign (m2po's trust
     region); ignored otherwise."""
-    _check_name(name)
     hp = check_hparams(name, hparams)
-    fn = LOSSES[name].batch_stats
+    fn = objective(name).batch_stats
     if fn is None:
         return {}
-    if LOSSES[name].stats_read_rewards:
+    if objective(name).stats_read_rewards:
         B = mask.shape[0] if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
         if (not isinstance(rewards, torch.Tensor) or B is None or rewards.shape != (B,)
                 or isinstance(group_size, bool) or not isinstance(group_size, int)
@@ -1505,7 +1550,7 @@ def batch_stats(name, *, logp, behavior_logp, mask, rewards=None, group_size=Non
             raise ValueError(f"batch_stats of {name} needs rewards of shape [B] and group_size (an "
                              f"int >= 2 dividing B) of the whole batch: its statistics depend on the "
                              f"advantage's sign; got rewards {rewards!r}, group_size {group_size!r}")
-    if logp is None and behavior_logp is None and not LOSSES[name].stats_read_logp:
+    if logp is None and behavior_logp is None and not objective(name).stats_read_logp:
         return fn(None, None, mask.bool().to(torch.promote_types(mask.dtype, torch.float32)), hp)
     if (logp is None or behavior_logp is None or logp.dim() != 2
             or behavior_logp.shape != logp.shape or mask.shape != logp.shape):
@@ -1513,7 +1558,7 @@ def batch_stats(name, *, logp, behavior_logp, mask, rewards=None, group_size=Non
         raise ValueError(f"batch_stats of {name} needs logp, behavior_logp and mask of one [B, T] "
                          f"shape, got {shape(logp)}, {shape(behavior_logp)}, {shape(mask)}")
     lp, blp, _, mb, dt = _clean_inputs(logp.detach(), behavior_logp, None, mask)
-    if LOSSES[name].stats_read_rewards:
+    if objective(name).stats_read_rewards:
         hp = {**hp, "rewards": rewards.detach().to(device=lp.device, dtype=dt), "group_size": group_size}
     return fn(lp, blp, mb.to(dt), hp)
 
@@ -1533,27 +1578,25 @@ def compute_loss(name, *, logp, behavior_logp, ref_logp=None, mask, rewards, gro
     icepop); ignored by the others. ``response_grad_sq`` [B]: per response ||grad_theta sum_t
     logp||^2, for the objectives that read them (needs_grad_sq, vcpo); ignored by the others.
     Raises ValueError on bad input."""
-    _check_name(name)
     hp = check_hparams(name, hparams)
     _check_tensors(name, logp, behavior_logp, ref_logp, mask, rewards, group_size)
     _check_old_logp(name, old_logp, logp, mask)
     _check_grad_sq(name, response_grad_sq, logp)
     lp, blp, rlp, mb, dt = _clean_inputs(logp, behavior_logp, ref_logp, mask)
     r = rewards.detach().to(device=logp.device, dtype=dt)
-    objective = LOSSES[name]
-    if objective.reads_old_logp:
+    obj = objective(name)
+    if obj.reads_old_logp:
         hp = {**hp, "old_logp": torch.where(mb, old_logp.detach().to(dt), 0.0)}
-    if objective.needs_grad_sq:
+    if obj.needs_grad_sq:
         hp = {**hp, "response_grad_sq": response_grad_sq.detach().to(device=logp.device, dtype=dt)}
-    if objective.batch_stats is not None:
+    if obj.batch_stats is not None:
         if batch_stats is None:  # this call holds the whole batch
-            batch_stats = objective.batch_stats(lp, blp, mb.to(dt),
-                                                {**hp, "rewards": r, "group_size": group_size})
+            batch_stats = obj.batch_stats(lp, blp, mb.to(dt), {**hp, "rewards": r, "group_size": group_size})
         elif not isinstance(batch_stats, dict) or not batch_stats:
             raise ValueError(f"{name} needs batch_stats=losses.batch_stats({name!r}, ...) of the "
                              f"whole rollout batch (or None), got {batch_stats!r}")
         hp = {**hp, **batch_stats}
-    loss, coef, extra = objective.fn(lp, blp, rlp, mb.to(dt), r, group_size, hp)
+    loss, coef, extra = obj.fn(lp, blp, rlp, mb.to(dt), r, group_size, hp)
 
     g, correct = coef.view(-1, group_size), (r == 1).view(-1, group_size)
     k = correct.sum(1)

@@ -60,7 +60,7 @@ class Rollout:
     finished: bool             # ended with <eos> (False: cut at max_tokens)
     old_logp: list = None      # the learner's log-probs of the same tokens with the weights that
                                #   sampled them (pi_train(theta_old)); kept only for objectives
-                               #   that read them (losses.reads_old_logp: icepop), else None
+                               #   that read them (reads_old_logp: icepop), else None
 
 
 def batch_seed(run_seed: int, batch_index: int) -> int:

@@ -89,11 +89,11 @@ def train(cfg: dict, sampler=None) -> list:
     ckpt = rollout.preflight(cfg, sampler)  # refuses bad input and a clashing out_dir before any long work
     cfg, matmul_note = learner.resolve_cpu_matmul(cfg)  # auto -> the backend, kept on resume
     torch.manual_seed(cfg["seed"])
-    out_dir, N, T = cfg["out_dir"], cfg["delay"], cfg["updates"]
+    out_dir, N, updates = cfg["out_dir"], cfg["delay"], cfg["updates"]
     offline = bool(cfg["offline_pool"]["path"])
     # N = 0: each batch is trained right after it is sampled, with the weights that sampled it,
     # so learn() takes the learner's view of it from its own forward pass, not a second one
-    fresh = not offline and N == 0
+    on_policy = not offline and N == 0
     checkpoint.write_config(out_dir, cfg, notes={"cpu_matmul": matmul_note})
     tasks.prepare_model(cfg)
     model, ref_model, optimizer = learner.build_learner(cfg)
@@ -105,7 +105,7 @@ def train(cfg: dict, sampler=None) -> list:
         state = RunState(responses_total=cfg["offline_pool"]["batches"] * cfg["prompts_per_update"]
                          * cfg["group_size"] if offline else 0)
     start = state.update
-    checkpoint.drop_logged_after(out_dir, start if ckpt else -1)  # fresh: only an interrupted update 0
+    checkpoint.drop_logged_after(out_dir, start if ckpt else -1)  # a new run: only an interrupted update 0
     if cfg["resume"]:
         print(f"resuming {out_dir} from {ckpt}" if ckpt else
               f"resume=true: no checkpoint in {out_dir} yet, starting at update 0", file=sys.stderr)
@@ -151,17 +151,17 @@ def train(cfg: dict, sampler=None) -> list:
         # ------------------------------------------------------------------ warm-up
         # The first N batches come from the base policy. A resumed run's queue is already this
         # full, unless `updates` was raised past the end of the original run.
-        if ckpt and len(state.queue) < min(N, T - start):
+        if ckpt and len(state.queue) < min(N, updates - start):
             print(f"updates raised past the end of the original run: refilling the delay queue "
-                  f"with version {start}, so the next {min(N, T - start) - len(state.queue)} "
+                  f"with version {start}, so the next {min(N, updates - start) - len(state.queue)} "
                   f"updates train on fresher batches than a run planned this long would",
                   file=sys.stderr)
-        while len(state.queue) < min(N, T - start):
-            sample_into_queue(cfg, sampler, state, model, pad_id, fresh)
+        while len(state.queue) < min(N, updates - start):
+            sample_into_queue(cfg, sampler, state, model, pad_id, on_policy)
         if state.rng:
             checkpoint.set_rng_state(state.rng)  # after loading and engine start, which draw from them
 
-        bar = tqdm(range(start + 1, T + 1), initial=start, total=T, desc=f"{cfg['loss']} N={N}",
+        bar = tqdm(range(start + 1, updates + 1), initial=start, total=updates, desc=f"{cfg['loss']} N={N}",
                    dynamic_ncols=True)
         log_seconds = 0.0  # writing the previous row: a row cannot time its own write
         for t in bar:
@@ -171,13 +171,13 @@ def train(cfg: dict, sampler=None) -> list:
             if offline:
                 batch = rollout.pool_batch(cfg, t)
             else:
-                if state.next_batch < T:  # sample with version t-1 only if some update trains on it
-                    new, times = sample_into_queue(cfg, sampler, state, model, pad_id, fresh)
+                if state.next_batch < updates:  # sample with version t-1 only if some update trains on it
+                    new, times = sample_into_queue(cfg, sampler, state, model, pad_id, on_policy)
                     sample_reward = sum(new.rewards) / len(new.rewards)
                 batch = state.queue.popleft()
 
             # ---------------------------------------------------------- learn
-            metrics = learn_or_skip(cfg, model, ref_model, optimizer, batch, pad_id, t, fresh)
+            metrics = learn_or_skip(cfg, model, ref_model, optimizer, batch, pad_id, t, on_policy)
             # A non-finite loss or gradient skips the step (weights untouched), but the batch is
             # consumed and the update counted, so data order and delay stay those of the schedule:
             # one overflowing batch should not cost a restart. A streak of max_consecutive_skips
@@ -210,7 +210,7 @@ def train(cfg: dict, sampler=None) -> list:
                    "skipped_updates": state.skipped_updates, "oom_updates": state.oom_updates,
                    **metrics, **times}
             with learner.timed(row, "time/eval"), checkpoint.stop_on_oom(cfg, "evaluation"):
-                if cfg["eval_every"] > 0 and (t % cfg["eval_every"] == 0 or t == T):
+                if cfg["eval_every"] > 0 and (t % cfg["eval_every"] == 0 or t == updates):
                     row.update(evaluate.run_eval(cfg, sampler, t, out_dir))
             row["time/log"] = log_seconds
             # wall seconds of the whole update, the previous row's write included (steady state:
@@ -224,7 +224,7 @@ def train(cfg: dict, sampler=None) -> list:
                 raise checkpoint.diverged(cfg, state, bool(metrics.get("oom")), out_dir)
 
             # ---------------------------------------------------------- checkpoint
-            if t == T or (cfg["ckpt_every"] > 0 and t % cfg["ckpt_every"] == 0) or checkpoint.STOP["signal"]:
+            if t == updates or (cfg["ckpt_every"] > 0 and t % cfg["ckpt_every"] == 0) or checkpoint.STOP["signal"]:
                 save(t)
             if checkpoint.STOP["signal"]:
                 tqdm.write(f"stopped by {signal.Signals(checkpoint.STOP['signal']).name} after update {t}; "
@@ -234,13 +234,13 @@ def train(cfg: dict, sampler=None) -> list:
 
 
 def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int,
-                      fresh: bool) -> tuple:
+                      on_policy: bool) -> tuple:
     """Sample the next rollout batch with the engine's current weights onto the delay queue;
-    returns it and its metrics (phase times, engine-vs-learner mismatch). fresh: the batch is
-    trained next, with these weights, and learn(fresh=True) takes the learner's view of it."""
+    returns it and its metrics (phase times, engine-vs-learner mismatch). on_policy: the batch is
+    trained next, with these weights, and learn(on_policy=True) takes the learner's view of it."""
     with checkpoint.stop_on_oom(cfg, "generation"):
         batch, times = rollout.sample_batch(cfg, sampler, state.next_batch)
-    if not fresh:
+    if not on_policy:
         with learner.timed(times, "time/behavior", next(model.parameters()).device), \
                 checkpoint.stop_on_oom(cfg, "the behavior pass"):
             times.update(learner.fresh_behavior(cfg, model, batch, pad_id))
@@ -251,17 +251,19 @@ def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int,
 
 
 def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id: int,
-                  update: int, fresh: bool = False) -> dict:
+                  update: int, on_policy: bool = False) -> dict:
     """learn(); an out-of-memory error or a non-finite forward pass in it skips the update like a
     non-finite loss does: the batch is consumed, the weights and AdamW state stay as they were
     (both come before optimizer.step()), the memory is released, and the run goes on; a streak
-    of them stops it (see train). a3po with a3po_alpha null gets it from this batch's staleness
-    (learner version update - 1 minus the sampler's; the same on resume: both are restored)."""
-    if cfg["loss"] == "a3po" and cfg["loss_args"]["a3po_alpha"] is None:
+    of them stops it (see train). An objective with a per-batch `prepare` (a3po's alpha) gets
+    this batch's staleness: learner version update - 1 minus the sampler's mean (the same on
+    resume: both are restored)."""
+    prepare = losses.objective(cfg["loss"]).prepare
+    if prepare is not None:
         staleness = (update - 1) - sum(r.policy_version for r in batch.rollouts) / len(batch.rollouts)
-        cfg = {**cfg, "loss_args": {**cfg["loss_args"], "a3po_alpha": losses.a3po_alpha(staleness)}}
+        cfg = {**cfg, "loss_args": prepare(cfg["loss_args"], staleness)}
     try:
-        metrics = learn(cfg, model, ref_model, optimizer, batch, pad_id, fresh)
+        metrics = learn(cfg, model, ref_model, optimizer, batch, pad_id, on_policy)
         optimizer.zero_grad(set_to_none=True)  # the gradients' memory is free while the engine samples
         return metrics
     except learner.NonFiniteForward as e:
@@ -285,23 +287,34 @@ def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch,
             "grad_norm": math.nan}
 
 
-def old_logp_of(rollouts: list, T: int, device):
-    """The rollouts' old_logp (the learner's log-probs at sampling time) as [B, T], for the
-    objectives that read them (losses.reads_old_logp); an error naming the fix where a batch
-    was sampled or saved without them."""
+def old_logp_of(rollouts: list, width: int, device):
+    """The rollouts' old_logp (the learner's log-probs at sampling time) as [B, width], for the
+    objectives that read them (reads_old_logp); an error naming the fix where a batch was
+    sampled or saved without them."""
     if any(r.old_logp is None for r in rollouts):
         raise ValueError("this objective reads old_logp (the learner's log-probs of each token with "
                          "the weights that sampled it), and this batch has none: it was sampled, or "
                          "saved (a checkpoint's queue, an offline pool), by a run whose objective "
                          "does not keep them; start a new run, or make a new offline pool with it")
-    return learner.padded([r.old_logp for r in rollouts], T, device)
+    return learner.padded([r.old_logp for r in rollouts], width, device)
+
+
+@dataclass
+class Pass:
+    """What the micro-batches of one update leave for the step and the metrics."""
+    loss: torch.Tensor            # the full batch's loss (detached): micro-batch losses by token share
+    entropy_sum: float = 0.0      # summed over response tokens
+    parts: list = field(default_factory=list)  # per micro-batch: (logp, behavior_logp, mask), detached
+    ref_parts: list = field(default_factory=list)  # per micro-batch: reference log-probs (or None)
+    old_parts: list = field(default_factory=list)  # per micro-batch: old_logp (or None)
+    learner_view: list = field(default_factory=list)  # on_policy: the learner's log-probs, per rollout
 
 
 def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id: int,
-          fresh: bool = False) -> dict:
+          on_policy: bool = False) -> dict:
     """One optimizer update on one rollout batch; returns the update's metrics.
 
-    fresh: the batch was sampled with the learner's current weights and has not been through
+    on_policy: the batch was sampled with the learner's current weights and has not been through
     learner.fresh_behavior; its forward pass here is the learner's view of the behavior policy.
 
     Micro-batches hold whole groups. Every objective is a sum over groups divided by the
@@ -310,45 +323,66 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
     batch from the detached log-probs, so they are exact too.
     """
     device = next(model.parameters()).device
+    obj = losses.objective(cfg["loss"])
     times = {"time/ref": 0.0, "time/learn": 0.0}
-    mb = cfg["micro_batch_size"]
-    n_tokens_total = sum(len(r.response_ids) for r in batch.rollouts)
-    need_ref = losses.needs_ref(cfg["loss"])
-    read_old = losses.reads_old_logp(cfg["loss"])
-    old_all = []
-    chunk = learner.chunk_tokens(cfg, model)
-    # every log-prob (policy, reference, entropy) of the distribution sampled from: logits / T
-    temperature = cfg["temperature"]
-    logp_all, ref_all, entropy_sum, learner_view = [], [], 0.0, []
-    engine_logp = [r.behavior_logp for r in batch.rollouts]
-    loss_total = torch.zeros((), device=device)
-    stats = None  # an objective that reads the whole batch (m2po's cutoff) gets it once, first
-    if losses.needs_batch_stats(cfg["loss"]) and len(batch.rollouts) > mb:
+    engine_logp = [r.behavior_logp for r in batch.rollouts]  # before on_policy adopts the learner's
+    stats, grad_sq = pre_passes(cfg, obj, model, batch, pad_id, on_policy, times, device)
+    optimizer.zero_grad(set_to_none=True)
+    done = backward(cfg, obj, model, ref_model, batch, pad_id, on_policy, stats, grad_sq, times, device)
+    grad_norm, finite = step(cfg, obj, model, optimizer, done, times, device)
+    with learner.timed(times, "time/metrics"):
+        metrics = batch_metrics(cfg, obj, batch, done, grad_sq, engine_logp if on_policy else None,
+                                device)
+    metrics.update(times)
+    metrics["entropy"] = float(done.entropy_sum) / sum(len(r.response_ids) for r in batch.rollouts)
+    metrics["grad_norm"] = grad_norm
+    metrics["skipped"] = 0.0 if finite else 1.0
+    return metrics
+
+
+def pre_passes(cfg, obj, model, batch, pad_id, on_policy, times, device) -> tuple:
+    """What an objective reads of the whole batch before its micro-batches: its batch statistics
+    (obj.batch_stats; m2po's cutoff, from a no-grad pass when they read log-probs) and each
+    response's squared gradient norm (obj.needs_grad_sq; vcpo's baseline). (stats or None,
+    grad_sq [B] or None)."""
+    stats = None  # one micro-batch holds the whole batch: compute_loss computes them itself
+    if obj.batch_stats is not None and len(batch.rollouts) > cfg["micro_batch_size"]:
         with learner.timed(times, "time/batch_stats", device):
             logp_view = behavior_view = None  # gspo's mean length needs no forward pass
-            if losses.batch_stats_read_logp(cfg["loss"]):
+            if obj.stats_read_logp:
                 logp_view = learner.rollout_logp(cfg, model, batch.rollouts, pad_id)  # no gradient
-                own = fresh and cfg["behavior_logp"] == "learner"  # adopted below: behavior = view
-                behavior_view = logp_view if own else engine_logp
-            T = max(len(r.response_ids) for r in batch.rollouts)
-            pad = lambda rows: None if rows is None else learner.padded(rows, T, device)
+                own = on_policy and cfg["behavior_logp"] == "learner"  # adopted below: behavior = view
+                behavior_view = logp_view if own else [r.behavior_logp for r in batch.rollouts]
+            width = max(len(r.response_ids) for r in batch.rollouts)
+            pad = lambda rows: None if rows is None else learner.padded(rows, width, device)
             stats = losses.batch_stats(
                 cfg["loss"], logp=pad(logp_view), behavior_logp=pad(behavior_view),
                 mask=pad([[1.0] * len(r.response_ids) for r in batch.rollouts]),
                 rewards=torch.tensor(batch.rewards, dtype=torch.float32, device=device),
                 group_size=cfg["group_size"], **cfg["loss_args"])
-    grad_sq = None  # vcpo's baseline weighs each response by its own gradient norm: measured first
-    if losses.needs_grad_sq(cfg["loss"]):
+    grad_sq = None
+    if obj.needs_grad_sq:
         with learner.timed(times, "time/grad_sq", device):
             grad_sq = learner.response_grad_sq(cfg, model, batch.rollouts, pad_id)
-    optimizer.zero_grad(set_to_none=True)
+    return stats, grad_sq
+
+
+def backward(cfg, obj, model, ref_model, batch, pad_id, on_policy, stats, grad_sq, times, device) -> Pass:
+    """The loss's gradient, micro-batch by micro-batch (each loss times its share of the
+    batch's response tokens), accumulated in the parameters' .grad."""
+    mb = cfg["micro_batch_size"]
+    n_tokens = sum(len(r.response_ids) for r in batch.rollouts)
+    chunk = learner.chunk_tokens(cfg, model)
+    # every log-prob (policy, reference, entropy) of the distribution sampled from: logits / T
+    temperature = cfg["temperature"]
+    done = Pass(loss=torch.zeros((), device=device))
     for start in range(0, len(batch.rollouts), mb):
         part = batch.rollouts[start:start + mb]
         with learner.timed(times, "time/learn"):
             inputs = learner.model_inputs(model, part, pad_id)
         ref_logp = None
         with learner.timed(times, "time/ref", device):
-            if need_ref:  # the reference's forward pass only, no graph
+            if obj.needs_ref:  # the reference's forward pass only, no graph
                 with torch.no_grad(), learner.autocast(cfg):
                     ref_logp, _, _ = learner.response_logp(ref_model, inputs, chunk_tokens=chunk,
                                                            temperature=temperature)
@@ -356,33 +390,38 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
             with learner.autocast(cfg):
                 logp, mask, ent = learner.response_logp(model, inputs, True, chunk, temperature)
             learner.check_finite_forward(logp, ref_logp)
-            if fresh:
+            if on_policy:
                 view = learner.ragged(logp.detach(), part)
                 learner.adopt_learner_view(cfg, part, view)
-                learner_view += view
+                done.learner_view += view
             behavior = learner.padded([r.behavior_logp for r in part], logp.size(1), device)
-            old = old_logp_of(part, logp.size(1), device) if read_old else None
+            old = old_logp_of(part, logp.size(1), device) if obj.reads_old_logp else None
             rewards = torch.tensor(batch.rewards[start:start + mb], dtype=torch.float32, device=device)
             loss, _ = losses.compute_loss(cfg["loss"], logp=logp, behavior_logp=behavior,
                                           ref_logp=ref_logp, mask=mask, rewards=rewards,
                                           group_size=cfg["group_size"], batch_stats=stats,
                                           old_logp=old, **cfg["loss_args"],
                                           response_grad_sq=None if grad_sq is None else grad_sq[start:start + mb])
-            share = mask.sum() / n_tokens_total
+            share = mask.sum() / n_tokens
             (loss * share).backward()
-        loss_total += loss.detach() * share
-        entropy_sum += ent
-        logp_all.append((logp.detach(), behavior, mask))
-        ref_all.append(ref_logp)
-        old_all.append(old)
+        done.loss += loss.detach() * share
+        done.entropy_sum += ent
+        done.parts.append((logp.detach(), behavior, mask))
+        done.ref_parts.append(ref_logp)
+        done.old_parts.append(old)
+    return done
+
+
+def step(cfg, obj, model, optimizer, done: Pass, times, device) -> tuple:
+    """Clip the gradient and step, at lr times the objective's lr_scale of this batch (vcpo's
+    ESS; 1 for the others); never on a non-finite loss or gradient (the loop counts the update
+    as skipped). (grad_norm before clipping, finite)."""
     with learner.timed(times, "time/optim", device):
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"]))
-        # never step on a non-finite loss or gradient: the update is skipped (counted by the loop)
-        finite = math.isfinite(grad_norm) and math.isfinite(float(loss_total))
+        finite = math.isfinite(grad_norm) and math.isfinite(float(done.loss))
         if finite:
-            # VCPO: this step's lr scaled by the whole batch's ESS (every other objective: 1)
-            scale = losses.vcpo_lr_scale(torch.cat([((lp - b) * m).sum(1) for lp, b, m in logp_all])) \
-                if cfg["loss"] == "vcpo" else 1.0
+            scale = 1.0 if obj.lr_scale is None else obj.lr_scale(
+                torch.cat([((lp - b) * m).sum(1) for lp, b, m in done.parts]))
             for group in optimizer.param_groups:
                 group["lr"] = cfg["lr"] * scale
             optimizer.step()
@@ -390,23 +429,25 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
                 group["lr"] = cfg["lr"]
         else:
             optimizer.zero_grad(set_to_none=True)
+    return grad_norm, finite
 
-    with learner.timed(times, "time/metrics"):
-        T = max(x[0].size(1) for x in logp_all)
-        cat = lambda xs: torch.cat([torch.nn.functional.pad(x, (0, T - x.size(1))) for x in xs])
-        logp, behavior, mask = (cat([x[i] for x in logp_all]) for i in range(3))
-        _, metrics = losses.compute_loss(
-            cfg["loss"], logp=logp, behavior_logp=behavior, mask=mask,
-            ref_logp=cat(ref_all) if need_ref else None, old_logp=cat(old_all) if read_old else None,
-            rewards=torch.tensor(batch.rewards, dtype=torch.float32, device=device),
-            group_size=cfg["group_size"], response_grad_sq=grad_sq, **cfg["loss_args"])
-        metrics["logp_diff_max"] = float(((logp - behavior).abs() * mask).max())
-        if fresh:
-            metrics.update(learner.engine_mismatch(engine_logp, learner_view))
-    metrics.update(times)
-    metrics["entropy"] = float(entropy_sum) / n_tokens_total
-    metrics["grad_norm"] = grad_norm
-    metrics["skipped"] = 0.0 if finite else 1.0
+
+def batch_metrics(cfg, obj, batch, done: Pass, grad_sq, engine_logp, device) -> dict:
+    """The objective's metrics on the whole batch from the detached log-probs (exact, whatever
+    the micro-batches), the largest |logp - behavior_logp|, and for an on-policy batch (its
+    engine log-probs given, else None) the engine-vs-learner mismatch."""
+    width = max(x[0].size(1) for x in done.parts)
+    cat = lambda xs: torch.cat([torch.nn.functional.pad(x, (0, width - x.size(1))) for x in xs])
+    logp, behavior, mask = (cat([x[i] for x in done.parts]) for i in range(3))
+    _, metrics = losses.compute_loss(
+        cfg["loss"], logp=logp, behavior_logp=behavior, mask=mask,
+        ref_logp=cat(done.ref_parts) if obj.needs_ref else None,
+        old_logp=cat(done.old_parts) if obj.reads_old_logp else None,
+        rewards=torch.tensor(batch.rewards, dtype=torch.float32, device=device),
+        group_size=cfg["group_size"], response_grad_sq=grad_sq, **cfg["loss_args"])
+    metrics["logp_diff_max"] = float(((logp - behavior).abs() * mask).max())
+    if engine_logp is not None:
+        metrics.update(learner.engine_mismatch(engine_logp, done.learner_view))
     return metrics
 
 

@@ -235,8 +235,8 @@ def test_batch_statistics_make_micro_batches_add_up_to_the_full_batch(name):
         else:
             assert (x.grad - full).abs().max() > 1e-3 * full.abs().max()
     assert losses.batch_stats("grpo", logp=logp, behavior_logp=b, mask=mask) == {}
-    assert losses.needs_batch_stats(name) and not losses.needs_batch_stats("grpo_mis")
-    if not losses.batch_stats_read_logp(name):  # the mask alone gives them
+    assert (losses.objective(name).batch_stats is not None) and not (losses.objective("grpo_mis").batch_stats is not None)
+    if not losses.objective(name).stats_read_logp:  # the mask alone gives them
         assert losses.batch_stats(name, logp=None, behavior_logp=None, mask=mask) == stats
     else:
         with pytest.raises(ValueError, match="needs logp, behavior_logp and mask"):
@@ -357,8 +357,8 @@ def test_learn_in_micro_batches_gives_the_one_batch_update(tmp_path, toy_model, 
         model, ref, opt = learner.build_learner(c)
         with monkeypatch.context() as patch:
             if not batch_stats:
-                patch.setattr(losses, "needs_batch_stats", lambda name: False)
-            if not losses.batch_stats_read_logp(name):  # gspo's mean length: no forward pass
+                patch.setattr(train, "pre_passes", lambda *a: (None, None))  # per micro-batch
+            if not losses.objective(name).stats_read_logp:  # gspo's mean length: no forward pass
                 patch.setattr(learner, "rollout_logp", lambda *a: pytest.fail("a forward pass for gspo"))
             metrics = train.learn(c, model, ref, opt, rollout.RolloutBatch(0, copy.deepcopy(rollouts), rewards), 0)
         return torch.cat([p.grad.flatten() for p in model.parameters()]), metrics

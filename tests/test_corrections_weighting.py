@@ -171,7 +171,7 @@ def test_micro_batches_add_up_to_the_full_batch(name):
     batch = random_batch(2)
     full, _ = grad_of(name, batch)
     stats = None
-    if losses.needs_batch_stats(name):
+    if (losses.objective(name).batch_stats is not None):
         stats = losses.batch_stats(name, logp=batch["logp"], behavior_logp=batch["b"], mask=batch["mask"],
                                    rewards=batch["r"], group_size=batch["m"])
     n = batch["mask"].sum()
@@ -183,7 +183,7 @@ def test_micro_batches_add_up_to_the_full_batch(name):
                                       group_size=batch["m"], batch_stats=stats)
         (loss * part["mask"].sum() / n).backward()
     torch.testing.assert_close(x.grad, full, atol=1e-14, rtol=1e-12)
-    assert losses.needs_batch_stats(name) == (name in ("gmpo", "m2po"))
+    assert (losses.objective(name).batch_stats is not None) == (name in ("gmpo", "m2po"))
 
 
 def test_topr_splits_on_the_reward_sign_not_the_advantage():
@@ -266,7 +266,7 @@ def test_ds_v32_kl_term_is_the_importance_weighted_gradient_of_kl_to_the_referen
     rho = math.exp(0.5)
     assert got[:, 0].tolist() == pytest.approx([0.2 * rho * 1.0 / 2] * 2)
     assert met["ds_kl"] == pytest.approx(rho * math.exp(-1)) and met["loss"] == pytest.approx(0.2 * rho * math.exp(-1))
-    assert losses.needs_ref("ds_v32") and not losses.needs_ref("ds_mask")
+    assert losses.objective("ds_v32").needs_ref and not losses.objective("ds_mask").needs_ref
 
 
 def test_sapo_gate_by_hand():

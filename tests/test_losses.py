@@ -295,7 +295,7 @@ def test_padding_may_hold_garbage_and_registry():
          "dppo_tv": False, "geo_rs": False, "k3_rs": False, "snis": False, "vcpo": False,
          "trm": False, "seq_outlier_rs": False, "dppo_kl": False, "rec_oneside": False,
          "rec_ring": False, "asymre": False, "bapo": False}
-    assert losses.needs_ref("ggpo") and not losses.needs_ref("grpo")
+    assert losses.objective("ggpo").needs_ref and not losses.objective("grpo").needs_ref
 
 
 def _bad(**over):
