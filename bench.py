@@ -271,11 +271,12 @@ def compare_cpu_matmul(rounds: int, batches: int = 8) -> None:
     here (auto runs exactly that backend's code)."""
     import torch
     import config
+    import cpu
     import learner
     import rollout
     import train
 
-    backend, why = learner.cpu_matmul_backend("auto")
+    backend, why = cpu.cpu_matmul_backend("auto")
     cfg = config.load_config(os.path.join(HERE, "configs", "toy.yaml"), [
         "delay=0", "eval_every=0", "loss=grpo", f"out_dir={tempfile.mkdtemp(prefix='bench-')}"])
     sampler = rollout.make_sampler(cfg)

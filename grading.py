@@ -125,8 +125,8 @@ def _parse_gold(gold: str, timeout_s: int):
 
 
 def start_graders(workers: int = 0) -> None:
-    """Start the grader processes now without waiting for them (they take 1-2 s to import
-    Math-Verify), e.g. while a vLLM engine starts; grade_many would otherwise start them."""
+    """Start the grader processes now without waiting for them (importing Math-Verify takes
+    a while), e.g. while a vLLM engine starts; grade_many would otherwise start them."""
     with _POOL.lock:
         while len(_POOL.workers) < _n_workers(workers):
             _POOL.workers.append(_POOL._start())

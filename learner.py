@@ -8,15 +8,14 @@ only. Weights stay in `dtype` (float32); `autocast` sets the forward's precision
 import contextlib
 import itertools
 import os
-import platform
 import shutil
-import sys
 import time
 
 import torch
 import torch.utils.checkpoint
 from transformers import AutoModelForCausalLM
 
+import cpu
 import losses
 
 
@@ -60,8 +59,8 @@ def load_learner(cfg: dict):
     """The Hugging Face model at cfg["model"], in `dtype`, on the GPU when there is one."""
     dtype = getattr(torch, cfg["dtype"])
     model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=dtype).to(pick_device(cfg))
-    if cpu_matmul_backend(cfg["cpu_matmul"])[0] == "onednn":
-        use_onednn_linears(model)
+    if cpu.cpu_matmul_backend(cfg["cpu_matmul"])[0] == "onednn":
+        cpu.use_onednn_linears(model)
     check_output_layer(model)
     if cfg["gradient_checkpointing"]:
         model.gradient_checkpointing_enable()
@@ -74,170 +73,10 @@ def build_learner(cfg: dict) -> tuple:
     model = load_learner(cfg).train()
     ref_model = (load_learner(cfg).eval().requires_grad_(False)
                  if losses.objective(cfg["loss"]).needs_ref else None)
-    # fused: one kernel for all parameters, 2-3x faster than the default per-tensor loop on CPU
+    # fused: one kernel for all parameters instead of a loop over them (faster on the CPU)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=tuple(cfg["adam_betas"]),
                                   weight_decay=cfg["weight_decay"], fused=True)
     return model, ref_model, optimizer
-
-
-class OneDNNLinearFunction(torch.autograd.Function):
-    """y = x W^T + b, with every matrix product computed by oneDNN: the forward pass, the input
-    gradient g W, and the weight gradient g^T x (from transposed views: oneDNN's own reorder of
-    them is faster than an explicit copy, and the product still beats torch's BLAS)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.size(-1)), weight, bias, "none", [], "")
-        return y.view(*x.shape[:-1], weight.size(0))
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        x, weight = ctx.saved_tensors
-        g = grad_y.reshape(-1, grad_y.size(-1))
-        grad_x = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_x = torch.ops.mkldnn._linear_pointwise(g, weight.t().contiguous(), None, "none",
-                                                         [], "").view(x.shape)
-        if ctx.needs_input_grad[1]:
-            grad_w = torch.ops.mkldnn._linear_pointwise(g.t(), x.reshape(-1, x.size(-1)).t(), None,
-                                                         "none", [], "")
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_b = g.sum(0)
-        return grad_x, grad_w, grad_b
-
-
-class OneDNNLinear(torch.nn.Linear):
-    """nn.Linear whose float32 CPU matrix products go through OneDNNLinearFunction (under
-    autocast, torch's own linear: autocast does not see through a custom function)."""
-
-    def forward(self, x):
-        if x.is_cpu and x.dtype == self.weight.dtype == torch.float32 \
-                and not torch.is_autocast_enabled("cpu"):
-            return OneDNNLinearFunction.apply(x, self.weight, self.bias)
-        return super().forward(x)
-
-
-def use_onednn_linears(model) -> None:
-    """On the CPU, run the model's linear layers' float32 matrix products through oneDNN instead
-    of torch's default BLAS (MKL), the same products up to float rounding. MKL takes its AVX2
-    code path on AMD processors; oneDNN uses AVX-512 wherever the processor has it: 2.2x the
-    matmul throughput on the 2-core AMD EPYC (Zen 5) of our benchmarks, and what vLLM's CPU
-    backend uses for the sampler. A no-op on the GPU or where torch has no usable oneDNN linear
-    (onednn_linear_works: it is an x86 path, absent from e.g. macOS arm64 builds)."""
-    if next(model.parameters()).is_cpu and onednn_linear_works():
-        for module in model.modules():
-            if type(module) is torch.nn.Linear:
-                module.__class__ = OneDNNLinear
-
-
-def matmul_backend(model) -> str:
-    """The learner's matrix products as they run (for run_info.json): the GPU's ("cuda"), oneDNN
-    ("onednn": use_onednn_linears installed them; float32 only, torch's under autocast) or torch's
-    BLAS ("torch": cpu_matmul=torch, or no usable oneDNN linear here)."""
-    device = next(model.parameters()).device
-    if device.type != "cpu":
-        return device.type
-    return "onednn" if any(isinstance(m, OneDNNLinear) for m in model.modules()) else "torch"
-
-
-def cpu_features() -> tuple:
-    """(vendor, instruction sets) of this processor: /proc/cpuinfo's vendor_id (GenuineIntel,
-    AuthenticAMD; "unknown" elsewhere, e.g. macOS, non-x86) and which of avx2, avx512f, amx_tile
-    its flags list."""
-    vendor, flags = "unknown", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "vendor_id":
-                    vendor = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-                    break
-    except OSError:
-        pass
-    return vendor, sorted(flags & {"avx2", "avx512f", "amx_tile"})
-
-
-def cpu_matmul_backend(choice: str) -> tuple:
-    """(backend, why) for cpu_matmul = `choice`; auto is a rule over the processor, the same on
-    every start on one machine (a timing race would not be, and the backend decides the learner's
-    rounding):
-      - x86 Intel (GenuineIntel): torch. MKL takes its widest path there; with AVX-512 and AMX
-        (2-core Xeon) the toy learn phase took 0.106 s with torch against 0.124 s with onednn.
-      - x86 other vendors (AMD) with AVX-512: onednn. MKL picks its code path by vendor and
-        takes AVX2 on AMD, oneDNN by the processor's instruction sets: on a 2-core EPYC Zen 5
-        2.2x torch's matmul throughput.
-      - x86 other vendors without AVX-512: torch. Both then run AVX2 code, and MKL's is the
-        faster: on a 2-core EPYC Zen 3 (AVX2 only), one thread, `bench.py --compare-cpu-matmul`
-        (train.learn on the same toy batches, alternately) took 0.389 s with torch against
-        0.418 s with onednn (median of 40; torch / onednn 0.93, 0.94 in a second sitting).
-      - anything else (aarch64, macOS): torch, its own BLAS; oneDNN there is unmeasured, and
-        absent from some builds (onednn_linear_works).
-    """
-    if choice != "auto":
-        return choice, "set in the config"
-    vendor, isa = cpu_features()
-    what = f"{vendor}, {'/'.join(isa) or 'no AVX2'}"
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return "torch", f"auto: {platform.machine()} processor ({what}): torch's own BLAS"
-    if vendor == "GenuineIntel":
-        return "torch", f"auto: Intel processor ({what}): MKL takes its widest path"
-    if "avx512f" in isa:
-        return "onednn", (f"auto: non-Intel x86 processor with AVX-512 ({what}): MKL would take "
-                          f"AVX2, oneDNN AVX-512")
-    return "torch", f"auto: non-Intel x86 processor without AVX-512 ({what}): both AVX2, MKL's faster"
-
-
-_ONEDNN_LINEAR = {}  # whether it works, once found out
-
-
-def resolve_cpu_matmul(cfg: dict) -> tuple:
-    """(cfg with cpu_matmul the backend this run computes with, how it was chosen), the note that
-    config.yaml keeps beside it. The backend decides the learner's rounding, so a run keeps the
-    one it started with: auto takes the one out_dir/config.yaml records (written when the run
-    started; a config.yaml of older code records its explicit onednn or torch), and only a run
-    with none recorded yet resolves auto by the processor (cpu_matmul_backend). An
-    explicit value other than the recorded one is taken (the key may change on resume, e.g. to
-    continue on a machine without oneDNN), with a warning: the run rounds differently from then
-    on."""
-    recorded, note = None, None
-    saved = os.path.join(cfg["out_dir"], "config.yaml")
-    if os.path.exists(saved):
-        with open(saved) as f:
-            for line in f:
-                if line.startswith("cpu_matmul:"):
-                    value, _, note = line[len("cpu_matmul:"):].partition("#")
-                    recorded, note = value.strip(), note.strip() or "recorded in config.yaml"
-                    break
-    if recorded not in ("onednn", "torch"):
-        recorded = None
-    if cfg["cpu_matmul"] == "auto" and recorded:
-        backend, why = recorded, note
-    else:
-        backend, why = cpu_matmul_backend(cfg["cpu_matmul"])
-        if recorded and backend != recorded:
-            print(f"warning: cpu_matmul={backend}, but {cfg['out_dir']} computed with {recorded} so "
-                  f"far (its config.yaml): from here on the learner rounds unlike the run never "
-                  f"stopped; cpu_matmul=auto continues with {recorded}", file=sys.stderr)
-    if cfg["cpu_matmul"] == "auto" and not recorded:
-        print(f"cpu_matmul=auto: {backend} ({why})", file=sys.stderr)
-    return {**cfg, "cpu_matmul": backend}, why
-
-
-def onednn_linear_works() -> bool:
-    """Whether torch.ops.mkldnn._linear_pointwise exists here and computes x W^T (tried once on a
-    small product)."""
-    if "works" not in _ONEDNN_LINEAR:
-        try:
-            x, w = torch.randn(3, 8), torch.randn(5, 8)
-            y = torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
-            _ONEDNN_LINEAR["works"] = bool(torch.allclose(y, x @ w.t(), rtol=1e-4, atol=1e-5))
-        except (AttributeError, RuntimeError, NotImplementedError):
-            _ONEDNN_LINEAR["works"] = False
-    return _ONEDNN_LINEAR["works"]
 
 
 def check_output_layer(model) -> None:
@@ -285,7 +124,7 @@ def batch_inputs(rollouts: list, pad_id: int, hidden_size: int, may_pack: bool =
     Cost of a layout, in token slots: rows x width x (1 + width / (7.5 d)), d = hidden_size,
     because attention spans a whole row (per token and layer about 4 width d flops against
     about 30 d^2 for the matrix products), and x 1.05 for packed rows, whose attention needs an
-    explicit mask (at equal shapes about 5-8% slower than plain causal on the toy).
+    explicit mask (slower than plain causal at equal shapes: docs/speed.md).
     """
     lengths = [len(r.prompt_ids) + len(r.response_ids) for r in rollouts]
     longest = max(lengths)

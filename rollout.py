@@ -7,8 +7,6 @@ no top-k: vLLM's `processed_logprobs`), so importance ratios against the learner
 `sample_batch` samples and grades one `RolloutBatch`: prompts_per_update groups of group_size.
 Offline training (offline_pool.path set): `make_pool` samples a fixed pool of batches with the base
 model once, and `pool_batch(cfg, t)` is the batch update t trains on.
-`preflight` checks, before any long work, what a run needs to sample and learn: the device, the
-sampler, the model, the data and benchmarks and their context, the pool, the out_dir.
 """
 import dataclasses
 import json
@@ -24,7 +22,6 @@ from tqdm import tqdm
 import checkpoint
 import config
 import grading
-import loggers
 import tasks
 
 
@@ -562,41 +559,3 @@ def pool_batch(cfg: dict, update: int) -> RolloutBatch:
                                 f"restore it, or start a new run with a new offline_pool.path")
     with open(file) as f:
         return RolloutBatch.from_dict(json.load(f))
-
-
-def preflight(cfg: dict, sampler=None):
-    """Checks on files, run before any long work (model build, engine start).
-
-    Refuses an unusable GPU or sampler, a missing model, a benchmark or training set that cannot
-    be loaded, a prompt that with its max tokens does not fit vllm.max_model_len (or the model,
-    or a shared `sampler`), an offline pool of another recipe, an out_dir that holds another
-    run (or this run, without resume=true), and an out_dir whose disk cannot hold the checkpoints.
-    Returns the checkpoint to resume from, or None.
-    """
-    import learner
-    learner.pick_device(cfg)  # a GPU that is expected but unusable: say so now, not after hours
-    sampler_kind(cfg)  # sampler=vllm without vLLM: say so now
-    loggers.check(cfg)
-    if cfg["task"] == "math":
-        tasks.train_problems(cfg)  # raises BenchmarkUnavailable, naming the two ways to supply it
-    if not (cfg["task"] == "toy" and cfg["build_toy_model"]) and not os.path.isdir(cfg["model"]):
-        raise FileNotFoundError(
-            f"model path {cfg['model']!r} does not exist; give a Hugging Face model folder "
-            f"(e.g. `hf download Qwen/Qwen3-1.7B-Base --local-dir DIR`), or for the "
-            f"toy set build_toy_model=true to build it there")
-    if os.path.isdir(cfg["model"]):
-        tasks.check_model_hash(cfg["model"])
-    if cfg["eval_every"] > 0:
-        tasks.load_config_benchmarks(cfg)  # raises BenchmarkUnavailable, naming the fix
-    tasks.max_model_len(cfg)  # every prompt and its max tokens fit the engine's context, or refuse
-    need = tasks.context_need(cfg)
-    if sampler is not None and sampler.max_model_len < need["need"]:
-        raise ValueError(f"the shared engine's max_model_len {sampler.max_model_len}"
-                         f" is too small for this run: {need['where']} prompt {need['id']} has "
-                         f"{need['length']} tokens and needs {need['need']}")
-    pool = cfg["offline_pool"]["path"]
-    if pool and os.path.exists(os.path.join(pool, "recipe.json")):
-        check_pool_recipe(cfg)
-    ckpt = checkpoint.check_out_dir(cfg)
-    checkpoint.check_disk(cfg)  # keep_checkpoints + 1 checkpoints must fit out_dir's disk
-    return ckpt

@@ -324,9 +324,8 @@ def plan_jobs(jobs: str, runs: int, cfg: dict, cores_per_job: int = None) -> tup
     of a sweep, or a failed run rerun alone, rounds as it would have among the others), and
     jobs = cores // CORES_PER_JOB, at most the runs to do and the jobs that fit in the memory
     available (each: its engine's KV cache + JOB_MEMORY_GIB + 8 x the model's files: sampler,
-    learner, gradients, AdamW's two moments and a reference in float32): ~1.45 GiB a toy job.
-    2 cores: 2 jobs of 1 core; 8 cores: 8 jobs (12 GiB); 16: 16 (23 GiB), or 8 with 12 GiB
-    free (a 16 GB laptop); 64: 64 if 93 GiB are free, else fewer.
+    learner, gradients, AdamW's two moments and a reference in float32); docs/speed.md has a
+    toy job's measured footprint and what it plans on common machines.
     On a GPU host (the learner would take a GPU) auto is one job per GPU, each with its own GPU
     and an equal share of the cores (one GPU: one job, not pinned).
     A number N: N jobs (at most the runs to do) of --cores-per-job cores, or of an equal 1/N

@@ -25,7 +25,7 @@ import time
 import unicodedata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HUB_PROBE_TIMEOUT_S = 3.0  # a quick TCP probe spares datasets' ~25 s of retries when offline
+HUB_PROBE_TIMEOUT_S = 3.0  # a quick TCP probe spares datasets' retries when offline
 
 
 # ----------------------------------------------------------------------------- math prompts
@@ -324,7 +324,7 @@ def context_need(cfg: dict) -> dict:
 
     need = max over those prompts of (prompt tokens + its response limit). Returns {need, length,
     where, id, max_tokens (of that prompt), model_limit (max_position_embeddings)}; tokenized
-    once per process (a fast tokenizer, batched: 12k MATH-sized problems in 3.5-4.5 s on 2 cores)."""
+    once per process (a fast tokenizer, batched)."""
     key = json.dumps([cfg[k] for k in ("model", "task", "train_data", "prompt_template", "toy_digits",
                                        "eval_every", "eval_benchmarks", "benchmarks",
                                        "eval_toy_size", "max_tokens", "eval_max_tokens")],
@@ -486,7 +486,7 @@ def build_base_model(path: str, model: dict = None, warmup: dict = None, log=pri
 
 
 def prepare_model(cfg: dict) -> None:
-    """Build the toy base model if the config asks for it (rollout.preflight refuses a missing path)."""
+    """Build the toy base model if the config asks for it (train.preflight refuses a missing path)."""
     if cfg["task"] == "toy" and cfg["build_toy_model"]:
         build_base_model(cfg["model"])
 

@@ -11,9 +11,9 @@ Offline (offline_pool.path set, N = 0): no sampling during training; update t tr
 of a fixed pool that the base model sampled once (rollout.make_pool), so its staleness is t - 1.
 DESIGN.md states the schedule, the objectives and the diagnostics in full.
 
-This file is the loop (train), one update (learn; learn_or_skip skips it on a non-finite forward
-pass or out of memory) and what a checkpoint carries (RunState). The checks before any long
-work are rollout.preflight; how a run stops keeping its last checkpoint (signals, out of memory
+This file is the checks before any long work (preflight), the loop (train), one update (learn:
+pre-passes, backward over micro-batches, step, metrics; learn_or_skip skips it on a non-finite
+forward pass or out of memory) and what a checkpoint carries (RunState). How a run stops keeping its last checkpoint (signals, out of memory
 outside learn(), divergence) is in checkpoint.py.
 
 What is simplified: one process and one device; the sampler and the learner take turns (no
@@ -37,11 +37,13 @@ from tqdm import tqdm
 
 import checkpoint
 import config
+import cpu
 import evaluate
 import learner
 import loggers
 import losses
 import rollout
+import run_info
 import tasks
 
 
@@ -77,6 +79,43 @@ class RunState:
                    deque(rollout.RolloutBatch.from_dict(b) for b in d["queue"]), d["rng"])
 
 
+def preflight(cfg: dict, sampler=None):
+    """Checks on files, run before any long work (model build, engine start).
+
+    Refuses an unusable GPU or sampler, a missing model, a benchmark or training set that cannot
+    be loaded, a prompt that with its max tokens does not fit vllm.max_model_len (or the model,
+    or a shared `sampler`), an offline pool of another recipe, an out_dir that holds another
+    run (or this run, without resume=true), and an out_dir whose disk cannot hold the checkpoints.
+    Returns the checkpoint to resume from, or None.
+    """
+    learner.pick_device(cfg)  # a GPU that is expected but unusable: say so now, not after hours
+    rollout.sampler_kind(cfg)  # sampler=vllm without vLLM: say so now
+    loggers.check(cfg)
+    if cfg["task"] == "math":
+        tasks.train_problems(cfg)  # raises BenchmarkUnavailable, naming the two ways to supply it
+    if not (cfg["task"] == "toy" and cfg["build_toy_model"]) and not os.path.isdir(cfg["model"]):
+        raise FileNotFoundError(
+            f"model path {cfg['model']!r} does not exist; give a Hugging Face model folder "
+            f"(e.g. `hf download Qwen/Qwen3-1.7B-Base --local-dir DIR`), or for the "
+            f"toy set build_toy_model=true to build it there")
+    if os.path.isdir(cfg["model"]):
+        tasks.check_model_hash(cfg["model"])
+    if cfg["eval_every"] > 0:
+        tasks.load_config_benchmarks(cfg)  # raises BenchmarkUnavailable, naming the fix
+    tasks.max_model_len(cfg)  # every prompt and its max tokens fit the engine's context, or refuse
+    need = tasks.context_need(cfg)
+    if sampler is not None and sampler.max_model_len < need["need"]:
+        raise ValueError(f"the shared engine's max_model_len {sampler.max_model_len}"
+                         f" is too small for this run: {need['where']} prompt {need['id']} has "
+                         f"{need['length']} tokens and needs {need['need']}")
+    pool = cfg["offline_pool"]["path"]
+    if pool and os.path.exists(os.path.join(pool, "recipe.json")):
+        rollout.check_pool_recipe(cfg)
+    ckpt = checkpoint.check_out_dir(cfg)
+    checkpoint.check_disk(cfg)  # keep_checkpoints + 1 checkpoints must fit out_dir's disk
+    return ckpt
+
+
 def train(cfg: dict, sampler=None) -> list:
     """Run the loop; returns the rows logged by this call (also in metrics.jsonl).
 
@@ -86,8 +125,8 @@ def train(cfg: dict, sampler=None) -> list:
     0) after dropping the rows logged past it, so metrics.jsonl never holds an update twice.
     """
     # ------------------------------------------------------------------ setup
-    ckpt = rollout.preflight(cfg, sampler)  # refuses bad input and a clashing out_dir before any long work
-    cfg, matmul_note = learner.resolve_cpu_matmul(cfg)  # auto -> the backend, kept on resume
+    ckpt = preflight(cfg, sampler)  # refuses bad input and a clashing out_dir before any long work
+    cfg, matmul_note = cpu.resolve_cpu_matmul(cfg)  # auto -> the backend, kept on resume
     torch.manual_seed(cfg["seed"])
     out_dir, N, updates = cfg["out_dir"], cfg["delay"], cfg["updates"]
     offline = bool(cfg["offline_pool"]["path"])
@@ -112,7 +151,7 @@ def train(cfg: dict, sampler=None) -> list:
     if sampler is None:
         sampler = rollout.make_sampler(cfg)
     sampler.sync(model, start)  # a shared engine or a resumed run holds other weights
-    checkpoint.record_session(out_dir, start, learner.matmul_backend(model),  # run_info.json
+    run_info.record_session(out_dir, start, cpu.matmul_backend(model),  # run_info.json
                               getattr(sampler, "kind", type(sampler).__name__))
     pad_id = sampler.tokenizer.pad_token_id
     if pad_id is None:
@@ -457,7 +496,7 @@ def main(argv: list) -> None:
         sys.exit(2)
     try:
         cfg = config.load_config(argv[0], argv[1:])
-        rollout.preflight(cfg)
+        preflight(cfg)
     except (ValueError, TypeError, FileNotFoundError, NotImplementedError, ImportError,
             PermissionError, tasks.BenchmarkUnavailable, learner.DeviceUnavailable) as e:
         sys.exit(f"error: {e}")  # bad input: the message says what is wrong and how to fix it

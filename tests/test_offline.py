@@ -66,6 +66,6 @@ def test_offline_pool_of_another_recipe_is_refused(tmp_path):
     cfg = _offline(tmp_path, "a")
     (tmp_path / "pool").mkdir()
     (tmp_path / "pool" / "recipe.json").write_text(json.dumps(rollout.pool_recipe(cfg)))
-    rollout.preflight(cfg)  # the same recipe passes
+    train.preflight(cfg)  # the same recipe passes
     with pytest.raises(ValueError, match=r"another recipe \(max_tokens: 16 -> 8\)"):
-        rollout.preflight(_offline(tmp_path, "b", max_tokens=8))
+        train.preflight(_offline(tmp_path, "b", max_tokens=8))

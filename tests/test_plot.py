@@ -9,6 +9,7 @@ import yaml
 import checkpoint
 import plot
 import config
+import run_info
 
 BATCH = 8  # responses per rollout batch of the synthetic runs
 
@@ -272,7 +273,7 @@ def test_unfinished_runs_are_named(tmp_path, capsys):
 
 def _session(folder, model="AMD EPYC", isa=("avx", "avx2", "fma"), start=0, **kw):
     """Add a session to a synthetic run's run_info.json, as train.py records it."""
-    session = checkpoint.session_info(start, "onednn", "vllm")
+    session = run_info.session_info(start, "onednn", "vllm")
     session["cpu"].update(model=model, isa=list(isa), torch_capability="AVX2")
     session["torch_threads"] = 1  # as a pinned sweep job records it, whatever this process has
     session["versions"].update(torch="2.13.0", vllm="0.32.0", transformers="5.19.0")

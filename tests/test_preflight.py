@@ -48,7 +48,7 @@ def test_auto_context_is_the_longest_prompt_plus_its_max_tokens(tmp_path):
 
 
 def test_a_math_prompt_beyond_the_model_is_refused_before_any_work(tmp_path, no_model_load):
-    """The issue's first case: the toy model (64 positions) on mini_math with the math template."""
+    """A training prompt too long: the toy model (64 positions) on mini_math with the math template."""
     cfg = toy_config(tmp_path, task="math", prompt_template="math",
                      train_data={**config.load_config()["train_data"], "file": MINI_MATH})
     t0 = time.perf_counter()
@@ -65,7 +65,7 @@ def test_a_math_prompt_beyond_the_model_is_refused_before_any_work(tmp_path, no_
 
 
 def test_an_eval_prompt_too_long_for_a_set_context_is_refused_naming_it(tmp_path, no_model_load):
-    """The issue's second case: a 48-token evaluation prompt with 40 max tokens."""
+    """An evaluation prompt too long: a 48-token prompt with 40 max tokens."""
     bench = tmp_path / "long.jsonl"
     bench.write_text(json.dumps({"id": "long-1", "problem": "1" * 48, "answer": "1"}) + "\n")
     cfg = toy_config(tmp_path / "run", eval_every=2, eval_benchmarks=[f"long={bench}"],
@@ -198,7 +198,7 @@ def test_a_disk_too_small_for_the_checkpoints_is_refused_before_any_model_loads(
         train.train(cfg)
     assert time.perf_counter() - t0 < 10
     assert not os.path.exists(cfg["out_dir"])  # refused before the run folder was made
-    rollout.preflight({**cfg, "keep_checkpoints": 1})  # 2 fit
+    train.preflight({**cfg, "keep_checkpoints": 1})  # 2 fit
     # resumed with two checkpoints already there: the next write needs room for one more
     checkpoint.write_config(cfg["out_dir"], cfg)
     for update in (2, 4):
@@ -206,8 +206,8 @@ def test_a_disk_too_small_for_the_checkpoints_is_refused_before_any_model_loads(
         with open(os.path.join(cfg["out_dir"], f"ckpt-{update:06d}", "learner.pt"), "wb") as f:
             f.truncate(one)
     free["bytes"] = int(1.5 * one)
-    assert rollout.preflight({**cfg, "resume": True}).endswith("ckpt-000004")
+    assert train.preflight({**cfg, "resume": True}).endswith("ckpt-000004")
     free["bytes"] = int(0.5 * one)
     with pytest.raises(ValueError, match=rf"needs {one / 1e6:.1f} MB .*, less {2 * one / 1e6:.1f} "
                                          rf"MB already there\. Free space there"):
-        rollout.preflight({**cfg, "resume": True})
+        train.preflight({**cfg, "resume": True})

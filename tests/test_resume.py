@@ -15,6 +15,7 @@ import yaml
 
 import checkpoint
 import config
+import cpu
 import learner
 import losses
 import tasks
@@ -608,34 +609,34 @@ def test_cpu_matmul_auto_is_a_rule_recorded_with_the_run_and_kept_on_resume(tmp_
     with how it was chosen; a resumed run keeps the recorded one whatever the rule says now, and
     an explicit other backend is taken with a warning (the key may change on resume)."""
     def machine(vendor, arch="x86_64", isa=("avx2",)):
-        monkeypatch.setattr(learner, "cpu_features", lambda: (vendor, list(isa)))
-        monkeypatch.setattr(learner.platform, "machine", lambda: arch)
+        monkeypatch.setattr(cpu, "cpu_features", lambda: (vendor, list(isa)))
+        monkeypatch.setattr(cpu.platform, "machine", lambda: arch)
 
     machine("GenuineIntel", isa=("amx_tile", "avx2", "avx512f"))
-    assert learner.cpu_matmul_backend("auto")[0] == "torch"
+    assert cpu.cpu_matmul_backend("auto")[0] == "torch"
     machine("AuthenticAMD", isa=("avx2", "avx512f"))
-    assert learner.cpu_matmul_backend("auto") == (
+    assert cpu.cpu_matmul_backend("auto") == (
         "onednn", "auto: non-Intel x86 processor with AVX-512 (AuthenticAMD, avx2/avx512f): MKL "
                   "would take AVX2, oneDNN AVX-512")
     machine("AuthenticAMD")
-    assert learner.cpu_matmul_backend("auto")[0] == "torch"
-    assert learner.cpu_matmul_backend("torch") == ("torch", "set in the config")
+    assert cpu.cpu_matmul_backend("auto")[0] == "torch"
+    assert cpu.cpu_matmul_backend("torch") == ("torch", "set in the config")
     machine("unknown", arch="aarch64", isa=())
-    assert learner.cpu_matmul_backend("auto")[0] == "torch"
+    assert cpu.cpu_matmul_backend("auto")[0] == "torch"
 
     machine("AuthenticAMD", isa=("avx2", "avx512f"))
     cfg = toy_config(tmp_path / "run", cpu_matmul="auto")
-    resolved, note = learner.resolve_cpu_matmul(cfg)
+    resolved, note = cpu.resolve_cpu_matmul(cfg)
     assert resolved["cpu_matmul"] == "onednn" and cfg["cpu_matmul"] == "auto"
     checkpoint.write_config(cfg["out_dir"], resolved, notes={"cpu_matmul": note})
     text = (tmp_path / "run" / "config.yaml").read_text()
     assert f"\ncpu_matmul: onednn  # {note}\n" in text
     assert yaml.safe_load(text) == resolved
     machine("GenuineIntel", isa=("avx2", "avx512f"))  # the rule would now say torch
-    assert learner.resolve_cpu_matmul({**cfg, "resume": True}) == ({**resolved, "resume": True}, note)
+    assert cpu.resolve_cpu_matmul({**cfg, "resume": True}) == ({**resolved, "resume": True}, note)
     assert "warning" not in capsys.readouterr().err
-    explicit, _ = learner.resolve_cpu_matmul({**cfg, "cpu_matmul": "torch"})
+    explicit, _ = cpu.resolve_cpu_matmul({**cfg, "cpu_matmul": "torch"})
     assert explicit["cpu_matmul"] == "torch"
     assert "computed with onednn so far" in capsys.readouterr().err
     checkpoint.write_config(cfg["out_dir"], toy_config(tmp_path / "run", cpu_matmul="torch"))
-    assert learner.resolve_cpu_matmul(cfg)[0]["cpu_matmul"] == "torch"  # older code's record
+    assert cpu.resolve_cpu_matmul(cfg)[0]["cpu_matmul"] == "torch"  # older code's record

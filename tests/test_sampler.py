@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import config
+import cpu
 import learner
 import rollout
 import train
@@ -201,15 +202,15 @@ def test_onednn_linears_fall_back_where_the_op_is_missing(monkeypatch):
     """cpu_matmul=onednn where torch has no oneDNN linear (e.g. macOS arm64): plain nn.Linear."""
     def missing(*args):
         raise RuntimeError("Could not run 'mkldnn::_linear_pointwise' with arguments from the 'CPU' backend")
-    monkeypatch.setattr(learner, "_ONEDNN_LINEAR", {})
+    monkeypatch.setattr(cpu, "_ONEDNN_LINEAR", {})
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", missing)
     layer = torch.nn.Linear(8, 4)
-    learner.use_onednn_linears(layer)
-    assert type(layer) is torch.nn.Linear and learner._ONEDNN_LINEAR == {"works": False}
+    cpu.use_onednn_linears(layer)
+    assert type(layer) is torch.nn.Linear and cpu._ONEDNN_LINEAR == {"works": False}
     monkeypatch.undo()
-    assert learner.onednn_linear_works()  # this machine's torch has it
-    learner.use_onednn_linears(layer)
-    assert type(layer) is learner.OneDNNLinear
+    assert cpu.onednn_linear_works()  # this machine's torch has it
+    cpu.use_onednn_linears(layer)
+    assert type(layer) is cpu.OneDNNLinear
 
 
 def test_a_cpu_learner_gets_its_threads_back_whatever_device_the_engine_is_on(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import config
+import cpu
 import learner
 import rollout
 import tasks
@@ -178,7 +179,7 @@ def test_grpo_on_policy_raises_toy_accuracy(tmp_path, sampler):
     """Learning is real: after 50 on-policy GRPO updates the policy earns more reward than the
     base model on the same ten training batches (updates 41-50: the same prompts and sampling
     seeds, so the batches' difficulty and most of the sampling noise cancel), and the held-out
-    toy eval has not fallen. Nothing here bets on a trajectory's noise (issue 28; the toy rounds
+    toy eval has not fallen. Nothing here bets on a trajectory's noise (the toy rounds
     differently on another processor, and its trajectory with it): over seeds 0-5 and the
     rounding paths at hand (cpu_matmul onednn / torch, 1 / 2 threads, the vLLM / transformers
     sampler; AMD EPYC) the reward gain is 0.029-0.051, against 0 exactly without learning; the
@@ -317,7 +318,7 @@ def test_the_shipped_toy_base_model_is_checked_by_its_hash(tmp_path):
     data[-1] ^= 1
     (altered / "model.safetensors").write_bytes(bytes(data))
     with pytest.raises(ValueError, match="is not the model its build_info.json names"):
-        rollout.preflight(toy_config(tmp_path / "run", model=str(altered)))
+        train.preflight(toy_config(tmp_path / "run", model=str(altered)))
 
 
 def test_onednn_linear_matches_torch_linear():
@@ -329,8 +330,8 @@ def test_onednn_linear_matches_torch_linear():
         plain = torch.nn.Linear(64, 48, bias=bias)
         ours = torch.nn.Linear(64, 48, bias=bias)
         ours.load_state_dict(plain.state_dict())
-        learner.use_onednn_linears(ours)
-        assert type(ours) is learner.OneDNNLinear
+        cpu.use_onednn_linears(ours)
+        assert type(ours) is cpu.OneDNNLinear
         x = torch.randn(3, 7, 64)
         upstream = torch.randn(3, 7, 48)
         grads = []
