@@ -84,7 +84,7 @@ leaderboard: .venv/ready
 # The leaderboard v3's seed ladder: the references (GRPO, GRPO+TIS, PPO against the sampler) at
 # seeds 3-9 first, then every other row; in blocks of one seed and one N, so that a block made on
 # one machine shares one rounding path (each run's results kept in results/leaderboard_toy, as
-# v2's, and skipped once there: the ladder grows across machines and sessions), then `make tables`.
+# every other run there, and skipped once there: the ladder grows across machines and sessions), then `make tables`.
 leaderboard-seeds: .venv/ready
 	$(PY) sweep.py configs/sweep_leaderboard_v3_toy.yaml --jobs auto
 	$(PY) sweep.py configs/sweep_leaderboard_v3_rows_toy.yaml --jobs auto

@@ -72,7 +72,7 @@ def load_runs(root: str) -> list:
             cfg = yaml.safe_load(f)
         with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
             rows = [json.loads(line) for line in f]
-        sessions = []  # run_info.json: absent from runs made before it existed
+        sessions = []  # a run folder without run_info.json: no sessions known
         if os.path.exists(os.path.join(folder, "run_info.json")):
             with open(os.path.join(folder, "run_info.json")) as f:
                 sessions = json.load(f)["sessions"]
