@@ -102,10 +102,12 @@ def test_leaderboard_sweeps_cover_every_registered_objective(name):
         assert (cfg["updates"], cfg["task"], cfg["loss"]) == (300, "toy", list(losses.LOSSES)[-1])
 
 
-def test_the_v3_seeds_cover_every_leaderboard_row_once():
-    """The references' file and the rows' file together: every run of v2's grid (every
-    registered objective and PPO against the sampler x N in {0, 8, 32, 128}) at seeds 3-9, each
-    once, into v2's results folder, evaluated every 20 updates."""
+def test_the_seeds_3_to_9_sweeps_cover_every_leaderboard_row_once():
+    """The references' file and the rows' file (sweep_leaderboard_v3_toy.yaml and
+    sweep_leaderboard_v3_rows_toy.yaml) together: every run of the seeds-0-2 leaderboard grid
+    (configs/sweep_leaderboard_toy.yaml: every registered objective and PPO against the sampler
+    x N in {0, 8, 32, 128}) at seeds 3-9, each once, into that grid's results folder
+    (results/leaderboard_toy), evaluated every 20 updates."""
     import losses
     names = []
     for name in ("sweep_leaderboard_v3_toy.yaml", "sweep_leaderboard_v3_rows_toy.yaml"):
@@ -115,9 +117,9 @@ def test_the_v3_seeds_cover_every_leaderboard_row_once():
         assert spec["overrides"] == {"updates": 300, "eval_every": 20, "cpu_matmul": "onednn"}
         names += [os.path.basename(d) for d, _ in sweep.expand(spec)]
     with open(os.path.join(ROOT, "configs", "sweep_leaderboard_toy.yaml")) as f:
-        v2 = yaml.safe_load(f)
-    v2["grid"]["seed"] = list(range(3, 10))
-    assert sorted(names) == sorted(os.path.basename(d) for d, _ in sweep.expand(v2))
+        leaderboard = yaml.safe_load(f)
+    leaderboard["grid"]["seed"] = list(range(3, 10))
+    assert sorted(names) == sorted(os.path.basename(d) for d, _ in sweep.expand(leaderboard))
     assert len(names) == len(set(names)) == (len(losses.LOSSES) + 1) * 4 * 7
 
 
