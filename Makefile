@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds direction processors tables test setup clean
+.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds leaderboard-lr direction processors tables test setup clean
 
 setup: .venv/ready
 
@@ -89,6 +89,12 @@ leaderboard-seeds: .venv/ready
 	$(PY) sweep.py configs/sweep_leaderboard_v3_toy.yaml --jobs auto
 	$(PY) sweep.py configs/sweep_leaderboard_v3_rows_toy.yaml --jobs auto
 	$(MAKE) tables
+
+# The leaderboard at a second step size (lr 5e-5): the study's four, PPO against the sampler, the
+# top tier, the anchors' methods and two rows that collapse at 2e-4, N in {0, 8, 32, 128}, seeds
+# 0-2, kept in results/leaderboard_toy_lr5e-5 (skipped once there: it grows across machines).
+leaderboard-lr: .venv/ready
+	$(PY) sweep.py configs/sweep_leaderboard_lr5e-5_toy.yaml --jobs auto
 
 # The direction ablation: token MIS, band wide/narrow x masking both sides/the harmful side only.
 direction: .venv/ready
