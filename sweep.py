@@ -9,7 +9,7 @@ A sweep file names a base config, a grid and an output root:
 
     config: configs/toy.yaml
     out_root: runs/fig3_toy
-    grid: {loss: [grpo, agro], delay: [0, 8], seed: [0, 1]}
+    grid: {loss: [grpo, agro], delay: [0, 8], seed: [0, 1]}   # loss: all = every registered objective
     overrides: {updates: 300}              # applied to every run
     # grid may add any other config key, dotted for nested ones, e.g. loss_args.beta: [0.01, 0.1]
     per_loss: {grpo_tis: {lr: 1.0e-4}}     # applied to runs of one objective (optional)
@@ -70,6 +70,7 @@ import yaml
 import checkpoint
 import config
 import evaluate
+import losses
 import rollout
 import tasks
 import train
@@ -97,6 +98,8 @@ def expand(sweep: dict) -> list:
     missing = {"loss", "delay", "seed"} - set(grid)
     if missing:
         raise ValueError(f"sweep grid must list loss, delay and seed; {sorted(missing)} missing")
+    if grid["loss"] == "all":  # every registered objective, in the legend's order
+        grid = {**grid, "loss": list(losses.LOSSES)}
     others = [k for k in grid if k not in ("loss", "delay", "seed")]
     runs = []
     for loss in grid["loss"]:

@@ -8,6 +8,7 @@ import yaml
 
 import sweep
 import config
+import losses
 from conftest import ROOT
 
 CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml")))
@@ -34,13 +35,14 @@ def test_sweep_expands_and_every_run_validates(path, capsys, monkeypatch):
         spec = yaml.safe_load(f)
     runs = sweep.expand(spec)
     grid = spec["grid"]
+    n_losses = len(losses.LOSSES) if grid["loss"] == "all" else len(grid["loss"])
     # `only`: extra delays of one objective, or for any other key one set of N per value; a
     # list: one set of N per mapping
     extra = sum(len(v) * len(grid["delay"]) if isinstance(v, list) else
                 len(v.get("delay", [])) + sum(len(vs) for k, vs in v.items() if k != "delay")
                 * len(grid["delay"]) for v in spec.get("only", {}).values())
     others = [len(v) for k, v in grid.items() if k not in ("loss", "delay", "seed")]
-    assert len(runs) == (len(grid["loss"]) * len(grid["delay"]) + extra) \
+    assert len(runs) == (n_losses * len(grid["delay"]) + extra) \
         * len(grid["seed"]) * math.prod(others)
     assert len({d for d, _ in runs}) == len(runs)
     for _, overrides in runs:
@@ -92,7 +94,7 @@ def test_leaderboard_sweeps_cover_every_registered_objective(name):
     assert seeds == (3 if "toy" in name else 2)
     total = (len(losses.LOSSES) + 1) * 4 * seeds
     assert len(runs) == total and len({d for d, _ in runs}) == total
-    assert spec["grid"]["loss"] == list(losses.LOSSES)
+    assert spec["grid"]["loss"] == "all"  # every registered objective (sweep.expand)
     behavior = [o for d, o in runs if d.endswith("_grpo_anchor-behavior")]
     assert len(behavior) == 4 * seeds and all("loss=grpo" in o and 'loss_args.grpo_anchor="behavior"' in o
                                       for o in behavior)
@@ -102,25 +104,38 @@ def test_leaderboard_sweeps_cover_every_registered_objective(name):
         assert (cfg["updates"], cfg["task"], cfg["loss"]) == (300, "toy", list(losses.LOSSES)[-1])
 
 
-def test_the_seeds_3_to_9_sweeps_cover_every_leaderboard_row_once():
-    """The references' file and the rows' file (sweep_leaderboard_v3_toy.yaml and
-    sweep_leaderboard_v3_rows_toy.yaml) together: every run of the seeds-0-2 leaderboard grid
-    (configs/sweep_leaderboard_toy.yaml: every registered objective and PPO against the sampler
-    x N in {0, 8, 32, 128}) at seeds 3-9, each once, into that grid's results folder
+def test_the_seeds_3_to_9_sweeps_cover_every_leaderboard_row():
+    """The references' file (sweep_leaderboard_v3_toy.yaml: GRPO, GRPO+TIS and PPO against the
+    sampler, run first) and the rows' file (sweep_leaderboard_v3_rows_toy.yaml: every row, the
+    references skipped there once their results are kept): together every run of the seeds-0-2
+    leaderboard grid (configs/sweep_leaderboard_toy.yaml: every registered objective and PPO
+    against the sampler x N in {0, 8, 32, 128}) at seeds 3-9, into that grid's results folder
     (results/leaderboard_toy), evaluated every 20 updates."""
     import losses
-    names = []
+    names = {}
     for name in ("sweep_leaderboard_v3_toy.yaml", "sweep_leaderboard_v3_rows_toy.yaml"):
         with open(os.path.join(ROOT, "configs", name)) as f:
             spec = yaml.safe_load(f)
         assert spec["results"] == "results/leaderboard_toy" and spec["grid"]["seed"] == list(range(3, 10))
         assert spec["overrides"] == {"updates": 300, "eval_every": 20, "cpu_matmul": "onednn"}
-        names += [os.path.basename(d) for d, _ in sweep.expand(spec)]
+        names[name] = [os.path.basename(d) for d, _ in sweep.expand(spec)]
     with open(os.path.join(ROOT, "configs", "sweep_leaderboard_toy.yaml")) as f:
         leaderboard = yaml.safe_load(f)
     leaderboard["grid"]["seed"] = list(range(3, 10))
-    assert sorted(names) == sorted(os.path.basename(d) for d, _ in sweep.expand(leaderboard))
-    assert len(names) == len(set(names)) == (len(losses.LOSSES) + 1) * 4 * 7
+    every = sorted(os.path.basename(d) for d, _ in sweep.expand(leaderboard))
+    assert sorted(names["sweep_leaderboard_v3_rows_toy.yaml"]) == every
+    assert len(every) == len(set(every)) == (len(losses.LOSSES) + 1) * 4 * 7
+    assert set(names["sweep_leaderboard_v3_toy.yaml"]) < set(every)
+
+
+def test_loss_all_is_every_registered_objective(monkeypatch):
+    import losses
+    monkeypatch.setattr(losses, "LOSSES", dict(losses.LOSSES))
+    losses.register("fifth", label="Fifth")(losses.LOSSES["grpo"].fn)
+    runs = sweep.expand({"config": "configs/toy.yaml", "out_root": "r",
+                         "grid": {"loss": "all", "delay": [8], "seed": [0]}})
+    assert [os.path.basename(d) for d, _ in runs] == [f"{name}_N8_s0" for name in losses.LOSSES]
+    assert runs[-1][0] == os.path.join("r", "fifth_N8_s0")
 
 
 def test_offline_pool_needs_delay_zero():
