@@ -1,6 +1,6 @@
 """How close the loop runs to the engine's pace, phase by phase.
 
-    python bench.py [--models toy,big] [--repeats 5] [--losses grpo,ggpo] [--out bench.json]
+    python bench.py [--models toy,big,floor] [--repeats 5] [--losses grpo,ggpo] [--out bench.json]
     python bench.py --profile 50            # cProfile of 50 toy updates: where the time goes
     python bench.py --compare REF [--rounds 3]   # this checkout against git commit REF, alternately
     python bench.py --compare-samplers [--rounds 3]   # sampler=vllm against sampler=transformers
@@ -23,8 +23,14 @@ It prints (c) / ((a) + (b)) and each overhead phase (all but generate and learn)
 median of --repeats rounds after one warm-up round; a round measures (a), (b) and (c) one after
 the other, so that a change of load on the machine hits all of them alike.
 
+Then each phase against its floor: (a) against the `floor` model's (a) (a 1-layer, 64-wide Qwen3
+through the same engine: the engine's loop at near-zero model cost), (b) and the loop's learn
+phase against (b)'s FLOPs (torch's FlopCounterMode) at this CPU's measured matrix-product rate
+through the learner's backend, the weight push against copying its bytes once.
+
 Models: `toy` (toy_base, shipped), `big` (a random-init Qwen3 of about 25 M parameters with
-the toy tokenizer, built at artifacts/bench_big on first use), or any Hugging Face folder.
+the toy tokenizer, built at artifacts/bench_big on first use), `floor` (1 layer, 64 wide,
+artifacts/bench_floor), or any Hugging Face folder.
 On a GPU the same script runs unchanged: bf16 (as configs say for GPUs), clock() synchronizes
 CUDA before reading the time, and the tokens/s figures say how fast engine and learner are.
 """
@@ -40,10 +46,15 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = {"toy": os.path.join(HERE, "toy_base"),
-          "big": os.path.join(HERE, "artifacts", "bench_big")}
+          "big": os.path.join(HERE, "artifacts", "bench_big"),
+          "floor": os.path.join(HERE, "artifacts", "bench_floor")}
 # the `big` model: tens of millions of parameters, still CPU-sized (about 25 M with vocab 98)
 BIG = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
            num_key_value_heads=4, head_dim=64)
+# the `floor` model: 1 layer, 64 wide, so that generating through the engine costs its loop alone
+FLOOR = dict(hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=1,
+             num_key_value_heads=1, head_dim=64)
+SHAPES = {"big": BIG, "floor": FLOOR}
 PHASES = ["generate", "grade", "ref", "learn", "optim", "metrics", "sync", "log", "eval"]
 # what (a) and (b) stand for are generate and learn; every other phase of an update is overhead
 OVERHEAD = ["grade", "ref", "optim", "metrics", "sync", "log", "eval", "other"]
@@ -57,8 +68,8 @@ def clock() -> float:
     return time.perf_counter()
 
 
-def build_big_model(path: str) -> str:
-    """A random-init Qwen3 of the BIG shape with the toy tokenizer (no warm-up: speed only)."""
+def build_model(path: str, shape: dict) -> str:
+    """A random-init Qwen3 of `shape` with the toy tokenizer (no warm-up: speed only)."""
     if os.path.exists(os.path.join(path, "config.json")):
         return path
     import torch
@@ -69,7 +80,7 @@ def build_big_model(path: str) -> str:
     config = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=64,
                          tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
-                         torch_dtype="float32", **BIG)
+                         torch_dtype="float32", **shape)
     torch.manual_seed(0)
     net = Qwen3ForCausalLM(config)
     tmp = path.rstrip("/") + ".tmp"
@@ -114,8 +125,8 @@ def bench_model(name: str, path: str, repeats: int, losses: list) -> dict:
     import train
 
     on_gpu = torch.cuda.is_available()
-    if name == "big":
-        build_big_model(path)
+    if name in SHAPES:
+        build_model(path, SHAPES[name])
 
     def run_config(round_, loss):
         return config.load_config(os.path.join(HERE, "configs", "toy.yaml"), [
@@ -153,6 +164,7 @@ def bench_model(name: str, path: str, repeats: int, losses: list) -> dict:
 
     med = statistics.median
     a, b = med(gen[1:]), med(fb[1:])
+    floors = learner_floors({**cfg, "loss": "grpo_tis"}, model, rollouts, pad_id)
     result = {
         "model": path, "params": n_params, "repeats": repeats,
         "device": torch.cuda.get_device_name() if on_gpu else "cpu",
@@ -160,7 +172,7 @@ def bench_model(name: str, path: str, repeats: int, losses: list) -> dict:
         "torch_threads": {"before_engine": threads_before, "after_engine": torch.get_num_threads()},
         "generate_s": a, "generate_tokens_per_s": med(gen_tokens[1:]) / a,
         "fwd_bwd_s": b, "fwd_bwd_tokens_per_s": med(fb_tokens[1:]) / b,
-        "all_s": {"generate": gen[1:], "fwd_bwd": fb[1:]}, "loops": {}}
+        "all_s": {"generate": gen[1:], "fwd_bwd": fb[1:]}, "floors": floors, "loops": {}}
     for loss in losses:
         kept = rows[loss][1:]
         phases = {k: med([r.get(f"time/{k}", 0.0) for r in kept]) for k in PHASES}
@@ -171,6 +183,92 @@ def bench_model(name: str, path: str, repeats: int, losses: list) -> dict:
             "overhead_pct": {k: 100 * v / update for k, v in phases.items() if k in OVERHEAD},
             "all_update_s": [r["time/update"] for r in kept]}
     return result
+
+
+def learner_floors(cfg: dict, model, rollouts: list, pad_id: int) -> dict:
+    """What the arithmetic alone would take here: the FLOPs (torch's FlopCounterMode, on a copy
+    with torch's own linear layers: the count is the same) of (b), of one update of the loop's
+    learner (train.learn, GRPO+TIS) and of one forward pass over the batch (what sampling it
+    computes, at least); the matrix-product rate of this CPU through the learner's backend at its
+    largest linear layer's shape with the batch's token count; and the weight push's bytes
+    against this machine's copy bandwidth."""
+    import copy
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    import cpu
+    import rollout
+    import train
+
+    plain = copy.deepcopy(model)
+    for module in plain.modules():
+        if isinstance(module, cpu.OneDNNLinear):
+            module.__class__ = torch.nn.Linear
+    with FlopCounterMode(display=False) as counter:
+        fwd_bwd(plain, rollouts, pad_id)
+    flops = counter.get_total_flops()
+    optimizer = torch.optim.AdamW(plain.parameters(), lr=cfg["lr"])
+    batch = rollout.RolloutBatch(0, rollouts, [float(i % 2) for i in range(len(rollouts))])
+    with FlopCounterMode(display=False) as counter:
+        train.learn(cfg, plain, None, optimizer, batch, pad_id)
+    learn_flops = counter.get_total_flops()
+    seqs = [r.prompt_ids + r.response_ids for r in rollouts]
+    ids = torch.tensor([s + [pad_id] * (max(map(len, seqs)) - len(s)) for s in seqs],
+                       device=next(plain.parameters()).device)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        plain(input_ids=ids, use_cache=False)
+    forward_flops = counter.get_total_flops()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    widest = max(linears, key=lambda m: m.weight.numel())
+    tokens = sum(len(r.prompt_ids) + len(r.response_ids) for r in rollouts)
+    x = torch.randn(tokens, widest.in_features, device=widest.weight.device, dtype=widest.weight.dtype)
+    times = []
+    with torch.no_grad():
+        for _ in range(30):
+            t0 = clock()
+            widest(x)
+            times.append(clock() - t0)
+    rate = 2 * tokens * widest.in_features * widest.out_features / statistics.median(times[5:])
+    n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    src = torch.empty(n_bytes // 4 + 1, dtype=torch.float32).normal_()
+    dst = torch.empty_like(src)
+    copies = []
+    for _ in range(30):
+        t0 = clock()
+        dst.copy_(src)
+        copies.append(clock() - t0)
+    copy_s = statistics.median(copies[5:])
+    return {"fwd_bwd_flops": flops, "learn_flops": learn_flops, "forward_flops": forward_flops,
+            "matmul_flops_per_s": rate, "matmul_shape": [tokens, widest.in_features, widest.out_features],
+            "weight_bytes": n_bytes, "copy_s": copy_s}
+
+
+def print_floors(results: dict) -> None:
+    """Each phase against its floor, what the phase cannot go below here: generation, the
+    engine's loop at near-zero model cost (the `floor` model's (a)) plus one forward pass's
+    FLOPs at this CPU's matmul rate; the learner, its FLOPs at that rate; the weight push, the
+    engine's fixed cost of a push (the `floor` model's sync) plus copying the weights once."""
+    print("\n== floors (the phase as measured, what it cannot go below here, measured / floor)")
+    tiny = results.get("floor")
+    for name, r in results.items():
+        if name == "floor":
+            continue
+        f, rate = r["floors"], r["floors"]["matmul_flops_per_s"]
+        print(f"{name}: matmul {rate / 1e9:.1f} GFLOP/s at {'x'.join(map(str, f['matmul_shape']))}; "
+              f"GFLOP: (b) {f['fwd_bwd_flops'] / 1e9:.2f}, one loop update's learn "
+              f"{f['learn_flops'] / 1e9:.2f}, one forward {f['forward_flops'] / 1e9:.2f}")
+        rows = [("(b) fwd/bwd", r["fwd_bwd_s"], f["fwd_bwd_flops"] / rate, "its FLOPs")]
+        if tiny:
+            rows.insert(0, ("(a) generate", r["generate_s"], tiny["generate_s"] + f["forward_flops"] / rate,
+                            "engine loop + a forward's FLOPs"))
+        for loss, c in r["loops"].items():
+            rows.append((f"(c) {loss} learn", c["phases_s"]["learn"], f["learn_flops"] / rate,
+                         "GRPO+TIS learn's FLOPs"))
+            if tiny:
+                fixed = statistics.median(x["phases_s"]["sync"] for x in tiny["loops"].values())
+                rows.append((f"(c) {loss} sync", c["phases_s"]["sync"], fixed + f["copy_s"],
+                             f"engine's push + copying {f['weight_bytes'] / 1e6:.1f} MB"))
+        for what, measured, floor, how in rows:
+            print(f"  {what:20s} {measured:8.4f} s   floor {floor:8.4f} s ({how})   {measured / floor:5.2f}x")
 
 
 def print_result(name: str, r: dict) -> None:
@@ -470,7 +568,8 @@ def compare_runs(runs: dict, rounds: int, quiet: bool = False) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="toy,big", help="toy, big or Hugging Face folders, comma-separated")
+    p.add_argument("--models", default="toy,big,floor",
+                   help="toy, big, floor or Hugging Face folders, comma-separated")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--losses", default="grpo,ggpo",
                    help="objectives of the updates in (c), comma-separated (ggpo: with reference)")
@@ -538,6 +637,7 @@ def main() -> None:
               "cpus": os.cpu_count(), "results": results}
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
+    print_floors(results)
     print(f"\nload average before/after: {load_before[0]:.2f} / {report['loadavg_after'][0]:.2f} "
           f"on {os.cpu_count()} CPUs; written to {args.out}")
 
