@@ -294,7 +294,7 @@ def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch,
     """learn(); an out-of-memory error or a non-finite forward pass in it skips the update like a
     non-finite loss does: the batch is consumed, the weights and AdamW state stay as they were
     (both come before optimizer.step()), the memory is released, and the run goes on; a streak
-    of them stops it (see train). An objective with a per-batch `prepare` (a3po's alpha) gets
+    of them stops it (see train). An objective with a per-batch `prepare` (a setting read from the batch) gets
     this batch's staleness: learner version update - 1 minus the sampler's mean (the same on
     resume: both are restored)."""
     prepare = losses.objective(cfg["loss"]).prepare
@@ -381,13 +381,13 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
 
 def pre_passes(cfg, obj, model, batch, pad_id, on_policy, times, device) -> tuple:
     """What an objective reads of the whole batch before its micro-batches: its batch statistics
-    (obj.batch_stats; m2po's cutoff, from a no-grad pass when they read log-probs) and each
-    response's squared gradient norm (obj.needs_grad_sq; vcpo's baseline). (stats or None,
+    (obj.batch_stats, from a no-grad pass when they read log-probs) and each
+    response's squared gradient norm (obj.needs_grad_sq). (stats or None,
     grad_sq [B] or None)."""
     stats = None  # one micro-batch holds the whole batch: compute_loss computes them itself
     if obj.batch_stats is not None and len(batch.rollouts) > cfg["micro_batch_size"]:
         with learner.timed(times, "time/batch_stats", device):
-            logp_view = behavior_view = None  # gspo's mean length needs no forward pass
+            logp_view = behavior_view = None  # statistics of the mask alone need no forward pass
             if obj.stats_read_logp:
                 logp_view = learner.rollout_logp(cfg, model, batch.rollouts, pad_id)  # no gradient
                 own = on_policy and cfg["behavior_logp"] == "learner"  # adopted below: behavior = view
@@ -452,8 +452,8 @@ def backward(cfg, obj, model, ref_model, batch, pad_id, on_policy, stats, grad_s
 
 
 def step(cfg, obj, model, optimizer, done: Pass, times, device) -> tuple:
-    """Clip the gradient and step, at lr times the objective's lr_scale of this batch (vcpo's
-    ESS; 1 for the others); never on a non-finite loss or gradient (the loop counts the update
+    """Clip the gradient and step, at lr times the objective's lr_scale of this batch (1 for an
+    objective without one); never on a non-finite loss or gradient (the loop counts the update
     as skipped). (grad_norm before clipping, finite)."""
     with learner.timed(times, "time/optim", device):
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"]))
