@@ -65,7 +65,7 @@ class Objective:
                                   #   response, which the trainer measures first (vcpo's baseline)
     batch_stats: Callable = None  # (logp, behavior_logp, mask, hp) -> {key: float} of the whole
                                   #   rollout batch, merged into hp (m2po, gspo, gmpo, gepo, snis,
-                                  #   bapo); None: none needed
+                                  #   bapo, oapl); None: none needed
     stats_read_logp: bool = True  # batch_stats reads the log-probs (m2po), not just the mask (gspo)
     stats_read_rewards: bool = False  # batch_stats reads hp["rewards"], hp["group_size"] (m2po, bapo)
     prepare: Callable = None  # (loss_args, staleness) -> loss_args for one batch, staleness = learner
@@ -1090,6 +1090,31 @@ def bapo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
         "clip_frac": (clipped * mask).sum() / n, "bapo_low": logp.new_tensor(lo),
         "bapo_high": logp.new_tensor(hi), "bapo_balance": logp.new_tensor(hp["bapo_balance"])}
 
+
+
+@register("oapl", label="OAPL", hparams={"oapl_beta1": 1.0, "oapl_beta2": 1e-3},
+          checks=(_positive("oapl_beta1", "oapl_beta2"),), batch_stats=_gspo_stats, stats_read_logp=False)
+def oapl(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""OAPL (arXiv 2602.19362; danieldritter/OAPL verl/trainer/oapl/core_algos.py
+    ``compute_policy_loss``): a squared regression of beta2 times each response's log-ratio to the
+    lagged inference policy onto its optimal advantage r_i - V*, no importance weight and no clip,
+        V*_g = beta1 log mean_{j in g} exp(r_j / beta1),   res_i = beta2 (L_i - B_i) - (r_i - V*_g),
+        loss = (1/B) sum_i res_i^2,   dL/dl_{i,t} = 2 beta2 res_i / B,
+    (beta1, beta2) = (oapl_beta1, oapl_beta2), 1 and 1e-3. Written as a token-mean with the whole
+    batch's n/B (gspo_len_mean, a batch statistic) so that micro-batches add up. The lagged policy
+    is the sampler here, lagged by exactly N. Not GRPO at logp == behavior_logp: REINFORCE with the
+    baseline V* >= mean r, sequence-mean. Metrics oapl_v_star_mean (mean V* over groups),
+    oapl_residual_mean, oapl_residual_abs_mean; coef = -res_i."""
+    m, beta1, beta2 = group_size, hp["oapl_beta1"], hp["oapl_beta2"]
+    g = rewards.view(-1, m)
+    v_star = beta1 * (torch.logsumexp(g / beta1, 1, keepdim=True) - math.log(m))
+    target = (g - v_star).view(-1)
+    res = beta2 * ((logp - behavior_logp) * mask).sum(1) - target
+    n = mask.sum()
+    loss = (res ** 2).sum() * hp["gspo_len_mean"] / n
+    r = res.detach()
+    return loss, -r, {"oapl_v_star_mean": v_star.mean(), "oapl_residual_mean": r.mean(),
+                      "oapl_residual_abs_mean": r.abs().mean()}
 
 def k3(logp, behavior_logp, mask):
     """Token-mean over mask of (rho - 1) - log rho, rho = exp(logp - behavior_logp), detached:

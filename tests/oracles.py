@@ -684,6 +684,19 @@ def _bapo(x, hp, g):
     return Expected(g, dropped=dropped, metrics={"bapo_low": lo, "bapo_high": hi, "clip_frac": dropped / x.n})
 
 
+
+@oracle("oapl", batch_one_spread)
+def _oapl(x, hp, g):
+    """V*_g = beta1 log mean_g exp(r / beta1); res_i = beta2 sum_j ell_{i,j} - (r_i - V*_g):
+    2 beta2 res_i / B on every token of response i."""
+    beta1, beta2 = hp["oapl_beta1"], hp["oapl_beta2"]
+    v_star = [beta1 * math.log(sum(math.exp(x.r[k] / beta1) for k in x.group(i)) / x.m) for i in range(x.B)]
+    res = [beta2 * sum(x.ell[i]) - (x.r[i] - v_star[i]) for i in range(x.B)]
+    for i, j, t, e in x.tokens():
+        g[i, t] = 2 * beta2 * res[i] / x.B
+    return Expected(g, metrics={"oapl_v_star_mean": sum(v_star) / x.B,
+                                "oapl_residual_abs_mean": sum(abs(v) for v in res) / x.B})
+
 # ----------------------------------------------------------------------------- metrics
 
 # which of clip_frac, is_weight_mean, is_masked_frac each objective logs, by (name, *settings)
@@ -705,4 +718,4 @@ METRICS_LOGGED = {
     ("vcpo",): {"is_weight_mean"}, ("trm",): {"clip_frac", "is_masked_frac"},
     ("seq_outlier_rs",): {"clip_frac", "is_masked_frac"},
     ("dppo_kl",): {"is_weight_mean", "is_masked_frac"}, ("rec_oneside",): {"clip_frac"},
-    ("rec_ring",): {"clip_frac"}, ("asymre",): set(), ("bapo",): {"clip_frac"}}
+    ("rec_ring",): {"clip_frac"}, ("asymre",): set(), ("bapo",): {"clip_frac"}, ("oapl",): set()}

@@ -63,7 +63,7 @@ def zeroes_or_caps(name, hp):
         return hp.get("grpo_anchor") == "behavior"  # the proximal ratio is 1: its clip never acts
     if name == "ggpo":
         return hp.get("ggpo_variant", "detached") == "detached"  # the original has no token clip
-    return name not in ("agro", "sapo", "kimi", "vespo", "asymre")
+    return name not in ("agro", "sapo", "kimi", "vespo", "asymre", "oapl")
 
 
 @pytest.mark.parametrize("name,hp", FORMULA_CASES)
@@ -203,7 +203,25 @@ def mean_baseline_on_policy():
         torch.testing.assert_close(got, -(base + shift) * mask / n, atol=1e-14, rtol=1e-12)
 
 
+
+def oapl_on_policy():
+    """At logp == behavior_logp the log-ratio is 0: res_i = -(r_i - V*), so the gradient is
+    -2 beta2 (r_i - V*) / B on each token, REINFORCE with the soft-max baseline V* >= mean r;
+    beta1 -> 0 makes V* the group's best reward, large beta1 its mean."""
+    logp, _, mask, r, m, _ = (batch_four_spreads(seed=1)[k] for k in ("logp", "b", "mask", "r", "m", "grad_sq"))
+    B = logp.size(0)
+    for beta1 in (1.0, 0.01, 1e4):
+        got, met = grad_of("oapl", logp, logp.clone(), mask, r, m, oapl_beta1=beta1)
+        g = r.view(-1, m)
+        v = beta1 * (torch.logsumexp(g / beta1, 1, keepdim=True) - math.log(m))
+        torch.testing.assert_close(got, 2e-3 * (g - v).view(-1)[:, None] * mask / B * -1, atol=1e-15, rtol=1e-10)
+        assert (v >= g.mean(1, keepdim=True) - 1e-12).all()
+    assert float(v.view(-1)[0]) == pytest.approx(float(g[0].mean()), abs=1e-3)  # beta1 1e4: the mean
+    got, met = grad_of("oapl", logp, logp.clone(), mask, r, m, oapl_beta1=0.01)
+    assert met["oapl_v_star_mean"] == pytest.approx(float(g.max(1).values.mean()), abs=0.02)
+
 NOT_GRPO_ON_POLICY = {  # name -> the check of what it is at logp == behavior_logp instead
+    "oapl": oapl_on_policy,
     "kimi": kimi_on_policy, "agro": agro_on_policy, "ggpo": ggpo_on_policy,
     "gepo": gepo_on_policy, "vcpo": vcpo_on_policy,
     "rec_oneside": mean_baseline_on_policy, "rec_ring": mean_baseline_on_policy,
@@ -238,7 +256,7 @@ def test_at_logp_equal_behavior_it_is_grpo_or_the_named_exception(name):
 MICRO_SEED = {batch_one_spread: 2, batch_with_old_and_ref: 2, batch_four_spreads: 3}
 STATS_KEYS = {"gspo": {"gspo_len_mean"}, "gmpo": {"gspo_len_mean"}, "gepo": {"gspo_len_mean"},
               "m2po": {"m2_cutoff"}, "snis": {"snis_weight_mean"},
-              "bapo": {"bapo_low", "bapo_high", "bapo_balance"}}
+              "bapo": {"bapo_low", "bapo_high", "bapo_balance"}, "oapl": {"gspo_len_mean"}}
 # on these batches each micro-batch's own statistics happen to give the full batch's update
 # (bapo's searched bounds and m2po's cutoff land where the whole batch's do): there, only the sum
 OWN_STATS_SAME_UPDATE = {("bapo", None), ("m2po", batch_with_old_and_ref)}
@@ -333,6 +351,8 @@ BAD_SETTINGS = [
     ({"asymre_c": "0.1"}, "asymre_c must be a finite number", None),
     ({"bapo_lo_max": 1.5}, "bapo_lo_max <= 1", None),
     ({"bapo_step": -0.05}, "bapo_step must be", None),
+    ({"oapl_beta1": 0.0}, "oapl_beta1 must be > 0", None),
+    ({"oapl_beta2": "1e-3"}, "oapl_beta2 must be a finite number", None),
 ]
 
 
@@ -419,5 +439,5 @@ def test_padding_may_hold_garbage_and_registry():
          "gmpo": False, "topr": False, "kimi": False, "vespo": False, "gepo": False, "a3po": False,
          "dppo_tv": False, "geo_rs": False, "k3_rs": False, "snis": False, "vcpo": False,
          "trm": False, "seq_outlier_rs": False, "dppo_kl": False, "rec_oneside": False,
-         "rec_ring": False, "asymre": False, "bapo": False}
+         "rec_ring": False, "asymre": False, "bapo": False, "oapl": False}
     assert losses.objective("ggpo").needs_ref and not losses.objective("grpo").needs_ref
