@@ -57,6 +57,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import scipy.stats
+import statsmodels.api as sm
 import statsmodels.formula.api as smf
 from statsmodels.stats.multitest import multipletests
 from statsmodels.tools.sm_exceptions import SingularMatrixWarning
@@ -285,3 +286,51 @@ def touching_rows(result: dict, max_seeds: int) -> dict:
                 for m in (a, b):
                     need[m] = min(need.get(m, n), n)
     return dict(sorted(need.items()))
+
+
+def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
+    """Does a method's drop from its own on-policy accuracy depend on N and the step size only
+    through the drift its batches carry? Fitted on one step size, predicted at another.
+
+    Each frame has one row per run: method, N, y (final accuracy, %) and drift (the run's mean K3
+    between learner and sampler over its updates); x = log10(drift), stale = [N > 0]. On
+    fit_runs, OLS with a base per method and a drop linear in x on its stale runs:
+
+        y_r = c[method_r] + stale_r (a[method_r] + b[method_r] x_r) + e_r,   e_r ~ (0, s^2).
+
+    For each method fitted, with N = 0 and stale runs in test_runs, its stale runs' mean
+    prediction error, mean(y - ybar_0) - (a + b mean(x)) with ybar_0 the mean of its own N = 0
+    test runs, has variance s^2 / n + s^2 / n_0 + the fit's variance of a + b mean(x). Returns per
+    method: runs, error, its standard error, z and `refuted` (|z| > 2); `rmse`, the root mean square
+    of the per-cell (method x N) mean errors; `seed_sd` = s, the noise the errors are judged
+    against."""
+    def prepared(frame):
+        frame = frame.copy()
+        frame["stale"] = (frame["N"] > 0).astype(float)
+        frame["x"] = np.where(frame["N"] > 0, np.log10(frame["drift"].clip(lower=1e-30)), 0.0)
+        return frame
+    train, test = prepared(fit_runs), prepared(test_runs)
+    methods = sorted(train["method"].unique())
+    design = np.column_stack([col for m in methods for col in (
+        (train["method"] == m).to_numpy(float), (train["method"] == m) * train["stale"],
+        (train["method"] == m) * train["stale"] * train["x"])])
+    fit = sm.OLS(train["y"].to_numpy(float), design).fit()
+    s2 = float(fit.scale)
+    per, cells = {}, []
+    for k, m in enumerate(methods):
+        own = test[test["method"] == m]
+        base, stale = own[own["N"] == 0], own[own["N"] > 0]
+        if base.empty or stale.empty:
+            continue
+        c = np.zeros(design.shape[1])
+        c[3 * k + 1], c[3 * k + 2] = 1.0, float(stale["x"].mean())
+        predicted = float(c @ fit.params)
+        error = float((stale["y"] - base["y"].mean()).mean()) - predicted
+        se = math.sqrt(s2 / len(stale) + s2 / len(base) + float(c @ fit.cov_params() @ c))
+        per[m] = {"runs": len(stale), "error": error, "se": se, "z": error / se,
+                  "refuted": abs(error / se) > 2}
+        for N, g in stale.groupby("N"):
+            cells.append(float((g["y"] - base["y"].mean()).mean())
+                         - float(fit.params[3 * k + 1] + fit.params[3 * k + 2] * g["x"].mean()))
+    return {"methods": per, "rmse": float(np.sqrt(np.mean(np.square(cells)))) if cells else math.nan,
+            "seed_sd": math.sqrt(s2), "fit": fit}

@@ -94,3 +94,29 @@ def test_a_cell_without_replicates_or_a_kind_of_one_method_is_refused():
     rows += [("b", n, s, "Q", 10.0 + n - s) for n in DELAYS for s in (0, 1)]  # b only on Q
     with pytest.raises(ValueError, match="run the reference rows on every kind"):
         stats.fit_leaderboard(_frame(rows))
+
+
+def drift_runs(lr_shift: float, drift_scale: float, seed: int) -> pd.DataFrame:
+    """Two methods x N in {0, 8, 32, 128} x 5 seeds whose drop is a + b log10(drift) + noise,
+    plus `lr_shift` on every stale run (0: the hypothesis holds)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for method, (a, b, base) in {"m1": (-5.0, -10.0, 60.0), "m2": (-2.0, -4.0, 50.0)}.items():
+        for N in (0, 8, 32, 128):
+            for s in range(5):
+                drift = drift_scale * N ** 1.2 * 1e-4 if N else 1e-9
+                drop = a + b * math.log10(drift) + lr_shift if N else 0.0
+                rows.append({"method": method, "N": N, "seed": s, "drift": drift,
+                             "y": base + drop + rng.normal(0, 1.0)})
+    return pd.DataFrame(rows)
+
+
+def test_drift_prediction_holds_out_of_sample_and_refutes_a_step_size_effect():
+    fit_on = drift_runs(0.0, 1.0, seed=0)
+    same = stats.drift_prediction(fit_on, drift_runs(0.0, 0.1, seed=1))  # 10x smaller drift
+    assert same["seed_sd"] == pytest.approx(1.0, abs=0.3) and same["rmse"] < 2 * same["seed_sd"]
+    assert not any(m["refuted"] for m in same["methods"].values())
+    assert all(m["runs"] == 15 and abs(m["error"]) < 3 * m["se"] for m in same["methods"].values())
+    shifted = stats.drift_prediction(fit_on, drift_runs(6.0, 0.1, seed=1))  # the lr matters beyond drift
+    assert all(m["refuted"] and abs(m["error"] - 6.0) < 3 * m["se"] for m in shifted["methods"].values())
+    assert shifted["rmse"] > 4 * shifted["seed_sd"]
