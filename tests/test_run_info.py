@@ -83,3 +83,13 @@ def test_the_matmul_backend_is_the_one_installed(monkeypatch):
     assert cpu.matmul_backend(learner.load_learner({**cfg, "cpu_matmul": "torch"})) == "torch"
     monkeypatch.setattr(cpu, "onednn_linear_works", lambda: False)  # e.g. macOS arm64
     assert cpu.matmul_backend(learner.load_learner({**cfg, "cpu_matmul": "onednn"})) == "torch"
+
+
+def test_a_session_names_the_code_loaded_not_the_checkout_now(tmp_path, monkeypatch):
+    """A sweep worker imports the code once and keeps it while the checkout moves on: its
+    sessions name the commit of that import (run_info.LOADED_CODE), not the checkout's HEAD at
+    the run's start."""
+    assert run_info.LOADED_CODE["commit"] == run_info.git_info()["commit"]  # nothing moved here
+    loaded = {"commit": "0" * 40, "dirty": False, "changed": []}
+    monkeypatch.setattr(run_info, "LOADED_CODE", loaded)
+    assert run_info.record_session(str(tmp_path), 0, "onednn", "vllm")["git"] == loaded
