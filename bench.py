@@ -91,17 +91,25 @@ def build_model(path: str, shape: dict) -> str:
     return path
 
 
-def fwd_bwd(model, rollouts, pad_id: int) -> float:
-    """Seconds of one plain forward/backward over the rollouts (inputs built beforehand)."""
+def padded_inputs(rollouts, pad_id: int, device) -> tuple:
+    """(input ids, attention mask, response-token mask shifted to the predicted positions) of the
+    rollouts as prompt + response rows, right-padded."""
     import torch
 
-    device = next(model.parameters()).device
     seqs = [r.prompt_ids + r.response_ids for r in rollouts]
     width = max(map(len, seqs))
     ids = torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs], device=device)
     attn = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=device)
     resp = torch.tensor([[0] * len(r.prompt_ids) + [1] * len(r.response_ids) + [0] * (width - len(s))
                          for r, s in zip(rollouts, seqs)], device=device)[:, 1:]
+    return ids, attn, resp
+
+
+def fwd_bwd(model, rollouts, pad_id: int) -> float:
+    """Seconds of one plain forward/backward over the rollouts (inputs built beforehand)."""
+    import torch
+
+    ids, attn, resp = padded_inputs(rollouts, pad_id, next(model.parameters()).device)
     model.zero_grad(set_to_none=True)
     t0 = clock()
     logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
@@ -211,11 +219,9 @@ def learner_floors(cfg: dict, model, rollouts: list, pad_id: int) -> dict:
     with FlopCounterMode(display=False) as counter:
         train.learn(cfg, plain, None, optimizer, batch, pad_id)
     learn_flops = counter.get_total_flops()
-    seqs = [r.prompt_ids + r.response_ids for r in rollouts]
-    ids = torch.tensor([s + [pad_id] * (max(map(len, seqs)) - len(s)) for s in seqs],
-                       device=next(plain.parameters()).device)
+    ids, attn, _ = padded_inputs(rollouts, pad_id, next(plain.parameters()).device)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
-        plain(input_ids=ids, use_cache=False)
+        plain(input_ids=ids, attention_mask=attn, use_cache=False)
     forward_flops = counter.get_total_flops()
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     widest = max(linears, key=lambda m: m.weight.numel())

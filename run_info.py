@@ -18,6 +18,8 @@ import cpu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN_INFO = "run_info.json"
+
+
 def package_version(*names: str):
     """The installed version of the first of `names` found (not imported), or None."""
     for name in names:

@@ -342,6 +342,7 @@ def old_logp_of(rollouts: list, width: int, device):
 class Pass:
     """What the micro-batches of one update leave for the step and the metrics."""
     loss: torch.Tensor            # the full batch's loss (detached): micro-batch losses by token share
+    n_tokens: int                 # response tokens of the batch (the shares' denominator)
     entropy_sum: float = 0.0      # summed over response tokens
     parts: list = field(default_factory=list)  # per micro-batch: (logp, behavior_logp, mask), detached
     ref_parts: list = field(default_factory=list)  # per micro-batch: reference log-probs (or None)
@@ -373,7 +374,7 @@ def learn(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch, pad_id:
         metrics = batch_metrics(cfg, obj, batch, done, grad_sq, engine_logp if on_policy else None,
                                 device)
     metrics.update(times)
-    metrics["entropy"] = float(done.entropy_sum) / sum(len(r.response_ids) for r in batch.rollouts)
+    metrics["entropy"] = float(done.entropy_sum) / done.n_tokens
     metrics["grad_norm"] = grad_norm
     metrics["skipped"] = 0.0 if finite else 1.0
     return metrics
@@ -410,11 +411,11 @@ def backward(cfg, obj, model, ref_model, batch, pad_id, on_policy, stats, grad_s
     """The loss's gradient, micro-batch by micro-batch (each loss times its share of the
     batch's response tokens), accumulated in the parameters' .grad."""
     mb = cfg["micro_batch_size"]
-    n_tokens = sum(len(r.response_ids) for r in batch.rollouts)
     chunk = learner.chunk_tokens(cfg, model)
     # every log-prob (policy, reference, entropy) of the distribution sampled from: logits / T
     temperature = cfg["temperature"]
-    done = Pass(loss=torch.zeros((), device=device))
+    done = Pass(loss=torch.zeros((), device=device),
+                n_tokens=sum(len(r.response_ids) for r in batch.rollouts))
     for start in range(0, len(batch.rollouts), mb):
         part = batch.rollouts[start:start + mb]
         with learner.timed(times, "time/learn"):
@@ -441,7 +442,7 @@ def backward(cfg, obj, model, ref_model, batch, pad_id, on_policy, stats, grad_s
                                           group_size=cfg["group_size"], batch_stats=stats,
                                           old_logp=old, **cfg["loss_args"],
                                           response_grad_sq=None if grad_sq is None else grad_sq[start:start + mb])
-            share = mask.sum() / n_tokens
+            share = mask.sum() / done.n_tokens
             (loss * share).backward()
         done.loss += loss.detach() * share
         done.entropy_sum += ent
