@@ -46,6 +46,7 @@ VESPO_MIN_LAMBDA = 1e-4  # VESPO's floor on lambda
 BINARY_KL_EPS = 1e-8  # SkyRL's guard inside the binary KL's log(1 - p)
 BAPO_EPS = 1e-8  # BAPO's guard in the positive / negative contribution ratio
 DUAL_CLIP_C = 3.0  # PPO's dual clip of verl (clip_ratio_c): loss <= -c A for A < 0
+FLASH_PROB_CLAMP = 1e-6  # FlashREINFORCE's (and Molt's) clamp of p, q to [c, 1 - c] in its binary KL
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,10 @@ class Objective:
                                   #   response, which the trainer measures first (vcpo's baseline)
     batch_stats: Callable = None  # (logp, behavior_logp, mask, hp) -> {key: float} of the whole
                                   #   rollout batch, merged into hp (m2po, gspo, gmpo, gepo, snis,
-                                  #   bapo, oapl); None: none needed
+                                  #   bapo, oapl, flash_reinforce); None: none needed
     stats_read_logp: bool = True  # batch_stats reads the log-probs (m2po), not just the mask (gspo)
-    stats_read_rewards: bool = False  # batch_stats reads hp["rewards"], hp["group_size"] (m2po, bapo)
+    stats_read_rewards: bool = False  # batch_stats reads hp["rewards"], hp["group_size"] (m2po, bapo,
+                                      #   flash_reinforce)
     prepare: Callable = None  # (loss_args, staleness) -> loss_args for one batch, staleness = learner
                               #   version - mean sampler version of the batch (a3po's alpha)
     lr_scale: Callable = None  # (seq_log_ratio [B] of the whole batch) -> this step's lr factor (vcpo)
@@ -1116,6 +1118,49 @@ def oapl(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return loss, -r, {"oapl_v_star_mean": v_star.mean(), "oapl_residual_mean": r.mean(),
                       "oapl_residual_abs_mean": r.abs().mean()}
 
+def _check_flash_delta(hp, name):
+    v = hp["flash_delta"]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
+        raise ValueError(f"flash_delta must be a number >= 0 (.inf: no trust region), got {v!r}")
+
+
+def _flash_stats(logp, behavior_logp, mask, hp):
+    """n / B and the mean reward of the whole batch (FlashREINFORCE's baseline and normalization)."""
+    return {"gspo_len_mean": float(mask.sum() / mask.size(0)), "flash_reward_mean": float(hp["rewards"].mean())}
+
+
+@register("flash_reinforce", label="FlashREINFORCE", hparams={"flash_delta": 3e-3},
+          checks=(_check_flash_delta,), batch_stats=_flash_stats, stats_read_logp=False,
+          stats_read_rewards=True)
+def flash_reinforce(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""FlashREINFORCE (yifanzhang-pro/FlashREINFORCE flashreinforce/loss.py ``flashreinforce_loss``,
+    q = 1): REINFORCE with the whole batch's mean reward as baseline, unclipped token IS against the
+    sampler, and a sequence trust region on the mean binary KL of the sampled tokens' probabilities
+    p = exp(b), q = exp(l), both clamped to [1e-6, 1 - 1e-6],
+        d_{i,t} = p log(p / q) + (1 - p) log((1 - p) / (1 - q)),   keep_i = 1[mean_t d_{i,t} <= flash_delta],
+        a_i = r_i - mean_batch r,   w = rho keep_i,
+        loss = -(1/B) sum_i (a_i / |y_i|) sum_t w_{i,t} exp(l - sg(l)),   dL/dl_{i,t} = -a_i w_{i,t} / (B |y_i|),
+    a sequence-mean written as a token-mean with the batch's n/B (``gspo_len_mean``; the mean reward
+    ``flash_reward_mean`` is a batch statistic too). flash_delta 3e-3 (the reference function's
+    default and its math recipe's; its R1 recipe 5e-3, the alternative 1e-3). Metrics is_weight_mean,
+    is_ess, is_masked_frac (tokens of rejected responses), flash_seq_kl_mean. Its ratio is to the
+    sampler already: one step per batch changes nothing."""
+    lp = logp.detach()
+    p = torch.exp(behavior_logp).clamp(FLASH_PROB_CLAMP, 1 - FLASH_PROB_CLAMP)
+    q = torch.exp(lp).clamp(FLASH_PROB_CLAMP, 1 - FLASH_PROB_CLAMP)
+    d = p * (p.log() - q.log()) + (1 - p) * (torch.log1p(-p) - torch.log1p(-q))
+    lengths = mask.sum(1).clamp(min=1)
+    seq_kl = ((d * mask).sum(1) / lengths).clamp(min=0)
+    keep = (seq_kl <= hp["flash_delta"]).to(mask.dtype)[:, None]
+    rho = torch.exp((lp - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+    w = rho * keep
+    a = rewards - hp["flash_reward_mean"]
+    n = mask.sum()
+    tok = -a[:, None] * w * torch.exp(logp - lp) * (hp["gspo_len_mean"] / lengths[:, None])
+    return (tok * mask).sum() / n, a.detach(), {**_weight_health(w, mask, can_mask=True),
+                                                 "flash_seq_kl_mean": seq_kl.mean()}
+
+
 def k3(logp, behavior_logp, mask):
     """Token-mean over mask of (rho - 1) - log rho, rho = exp(logp - behavior_logp), detached:
     an estimate of KL(behavior || learner) (Schulman, 2020). Padding positions are ignored."""
@@ -1252,8 +1297,9 @@ def _clean_inputs(logp, behavior_logp, ref_logp, mask):
 
 def batch_stats(name, *, logp, behavior_logp, mask, rewards=None, group_size=None, **hparams):
     """The statistics of the whole rollout batch that objective ``name`` reads ({} for most), as
-    floats: ``m2_cutoff`` (m2po), ``gspo_len_mean`` (gspo, gmpo, gepo), ``snis_weight_mean`` (snis),
-    ``bapo_low`` / ``bapo_high`` / ``bapo_balance`` (bapo). Computed once from the whole batch (no
+    floats: ``m2_cutoff`` (m2po), ``gspo_len_mean`` (gspo, gmpo, gepo, oapl, flash_reinforce),
+    ``snis_weight_mean`` (snis), ``bapo_low`` / ``bapo_high`` / ``bapo_balance`` (bapo),
+    ``flash_reward_mean`` (flash_reinforce). Computed once from the whole batch (no
     gradient) and passed to every micro-batch's compute_loss, they make the micro-batches give the
     update of one full batch. logp, behavior_logp may be None where ``stats_read_logp`` is False;
     rewards [B] and group_size are needed where ``stats_read_rewards`` is True."""
@@ -1267,10 +1313,13 @@ def batch_stats(name, *, logp, behavior_logp, mask, rewards=None, group_size=Non
                 or isinstance(group_size, bool) or not isinstance(group_size, int)
                 or group_size < 2 or B % group_size):
             raise ValueError(f"batch_stats of {name} needs rewards of shape [B] and group_size (an "
-                             f"int >= 2 dividing B) of the whole batch: its statistics depend on the "
-                             f"advantage's sign; got rewards {rewards!r}, group_size {group_size!r}")
+                             f"int >= 2 dividing B) of the whole batch: its statistics read the "
+                             f"rewards; got rewards {rewards!r}, group_size {group_size!r}")
     if logp is None and behavior_logp is None and not objective(name).stats_read_logp:
-        return fn(None, None, mask.bool().to(torch.promote_types(mask.dtype, torch.float32)), hp)
+        mb = mask.bool().to(torch.promote_types(mask.dtype, torch.float32))
+        if objective(name).stats_read_rewards:
+            hp = {**hp, "rewards": rewards.detach().to(device=mask.device, dtype=mb.dtype), "group_size": group_size}
+        return fn(None, None, mb, hp)
     if (logp is None or behavior_logp is None or logp.dim() != 2
             or behavior_logp.shape != logp.shape or mask.shape != logp.shape):
         shape = lambda x: None if x is None else tuple(x.shape)

@@ -697,6 +697,28 @@ def _oapl(x, hp, g):
     return Expected(g, metrics={"oapl_v_star_mean": sum(v_star) / x.B,
                                 "oapl_residual_abs_mean": sum(abs(v) for v in res) / x.B})
 
+@oracle("flash_reinforce", batch_four_spreads, **LOG_PROBS)
+def _flash_reinforce(x, hp, g):
+    """p = exp(b), q = exp(l) clamped to [1e-6, 1 - 1e-6], d = p log(p/q) + (1-p) log((1-p)/(1-q));
+    response i kept iff mean_j d <= flash_delta; a_i = r_i - batch mean r: -a_i rho / (B |y_i|) on
+    the tokens of a kept response, 0 on a rejected one."""
+    c = 1e-6
+    mean_r = sum(x.r) / x.B
+    kept = []
+    for i in range(x.B):
+        d = []
+        for j in range(x.len[i]):
+            p = min(max(math.exp(x.b[i][j]), c), 1 - c)
+            q = min(max(math.exp(x.l[i][j]), c), 1 - c)
+            d.append(p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q)))
+        kept.append(sum(d) / len(d) <= hp["flash_delta"])
+    dropped = 0
+    for i, j, t, e in x.tokens():
+        dropped += not kept[i]
+        g[i, t] = -(x.r[i] - mean_r) * math.exp(e) / (x.B * x.len[i]) if kept[i] else 0.0
+    return Expected(g, dropped=dropped, metrics={"is_masked_frac": dropped / x.n})
+
+
 # ----------------------------------------------------------------------------- metrics
 
 # which of clip_frac, is_weight_mean, is_masked_frac each objective logs, by (name, *settings)
@@ -718,4 +740,5 @@ METRICS_LOGGED = {
     ("vcpo",): {"is_weight_mean"}, ("trm",): {"clip_frac", "is_masked_frac"},
     ("seq_outlier_rs",): {"clip_frac", "is_masked_frac"},
     ("dppo_kl",): {"is_weight_mean", "is_masked_frac"}, ("rec_oneside",): {"clip_frac"},
-    ("rec_ring",): {"clip_frac"}, ("asymre",): set(), ("bapo",): {"clip_frac"}, ("oapl",): set()}
+    ("rec_ring",): {"clip_frac"}, ("asymre",): set(), ("bapo",): {"clip_frac"}, ("oapl",): set(),
+    ("flash_reinforce",): {"is_weight_mean", "is_masked_frac"}}

@@ -100,7 +100,7 @@ def test_gradient_matches_its_formula_with_masks_that_trigger(name, hp):
         assert want.dropped > 0 and want.capped > 0
     if name == "seq_outlier_rs" and not hp:
         assert met["is_masked_frac"] == 0  # |ell| < ln 100 everywhere: only PPO's clip acts
-    elif name in ("trm", "seq_outlier_rs", "dppo_kl"):
+    elif name in ("trm", "seq_outlier_rs", "dppo_kl", "flash_reinforce"):
         assert met["is_masked_frac"] > 0
     if name == "vespo":  # both parameter sets in use, weights far from 1 somewhere
         A = torch.tensor(advantages(batch["r"], batch["m"]))
@@ -220,8 +220,21 @@ def oapl_on_policy():
     got, met = grad_of("oapl", logp, logp.clone(), mask, r, m, oapl_beta1=0.01)
     assert met["oapl_v_star_mean"] == pytest.approx(float(g.max(1).values.mean()), abs=0.02)
 
+def flash_reinforce_on_policy():
+    """At logp == behavior_logp every binary KL is 0, so every response is kept with weight 1:
+    -(r_i - batch mean r) / (B |y_i|) on each token, a sequence-mean REINFORCE with the batch's
+    mean as baseline (no group, no 1 / std); flash_delta 0 still keeps them all."""
+    logp, _, mask, r, m, _ = (batch_four_spreads(seed=1)[k] for k in ("logp", "b", "mask", "r", "m", "grad_sq"))
+    B = logp.size(0)
+    want = -(r - r.mean())[:, None] * mask / (B * mask.sum(1, keepdim=True))
+    for delta in (3e-3, 0.0):
+        got, met = grad_of("flash_reinforce", logp, logp.clone(), mask, r, m, flash_delta=delta)
+        torch.testing.assert_close(got, want, atol=1e-15, rtol=1e-12)
+        assert met["is_masked_frac"] == 0 and met["flash_seq_kl_mean"] == pytest.approx(0, abs=1e-12)
+
+
 NOT_GRPO_ON_POLICY = {  # name -> the check of what it is at logp == behavior_logp instead
-    "oapl": oapl_on_policy,
+    "oapl": oapl_on_policy, "flash_reinforce": flash_reinforce_on_policy,
     "kimi": kimi_on_policy, "agro": agro_on_policy, "ggpo": ggpo_on_policy,
     "gepo": gepo_on_policy, "vcpo": vcpo_on_policy,
     "rec_oneside": mean_baseline_on_policy, "rec_ring": mean_baseline_on_policy,
@@ -256,7 +269,8 @@ def test_at_logp_equal_behavior_it_is_grpo_or_the_named_exception(name):
 MICRO_SEED = {batch_one_spread: 2, batch_with_old_and_ref: 2, batch_four_spreads: 3}
 STATS_KEYS = {"gspo": {"gspo_len_mean"}, "gmpo": {"gspo_len_mean"}, "gepo": {"gspo_len_mean"},
               "m2po": {"m2_cutoff"}, "snis": {"snis_weight_mean"},
-              "bapo": {"bapo_low", "bapo_high", "bapo_balance"}, "oapl": {"gspo_len_mean"}}
+              "bapo": {"bapo_low", "bapo_high", "bapo_balance"}, "oapl": {"gspo_len_mean"},
+              "flash_reinforce": {"gspo_len_mean", "flash_reward_mean"}}
 # on these batches each micro-batch's own statistics happen to give the full batch's update
 # (bapo's searched bounds and m2po's cutoff land where the whole batch's do): there, only the sum
 OWN_STATS_SAME_UPDATE = {("bapo", None), ("m2po", batch_with_old_and_ref)}
@@ -268,7 +282,8 @@ MICRO_CASES = [pytest.param(name, None, id=name) for name in losses.LOSSES] + [
 def test_micro_batches_with_batch_statistics_add_up_to_the_full_batch(name, make):
     """Two micro-batches of whole groups, each loss rescaled by its share of the tokens (as
     train.learn does), with losses.batch_stats of the whole batch where the objective reads them
-    (gspo, gmpo, gepo: n / B; m2po: its cutoff; snis: the mean TIS weight; bapo: its bounds):
+    (gspo, gmpo, gepo, oapl: n / B; m2po: its cutoff; snis: the mean TIS weight; bapo: its
+    bounds; flash_reinforce: n / B and the mean reward):
     their gradient is the full batch's; without them (each micro-batch its own statistics) it is
     not, except where OWN_STATS_SAME_UPDATE says the micro-batches' own statistics land where the
     whole batch's do."""
@@ -295,13 +310,14 @@ def test_micro_batches_with_batch_statistics_add_up_to_the_full_batch(name, make
         return
     with pytest.raises(ValueError, match="needs batch_stats"):
         losses.compute_loss(name, logp=logp, batch_stats={}, **loss_inputs(name, batch))
-    if not obj.stats_read_logp:  # the mask alone gives them
-        assert losses.batch_stats(name, logp=None, behavior_logp=None, mask=mask) == stats
+    if not obj.stats_read_logp:  # the mask (and the rewards where they read them) gives them
+        given = {"rewards": r, "group_size": m} if obj.stats_read_rewards else {}
+        assert losses.batch_stats(name, logp=None, behavior_logp=None, mask=mask, **given) == stats
     else:
         with pytest.raises(ValueError, match="needs logp, behavior_logp and mask"):
             losses.batch_stats(name, logp=None, behavior_logp=None, mask=mask, rewards=r, group_size=m)
     if obj.stats_read_rewards:
-        with pytest.raises(ValueError, match="needs rewards"):  # the advantage's sign
+        with pytest.raises(ValueError, match="needs rewards"):
             losses.batch_stats(name, logp=logp, behavior_logp=b, mask=mask)
 
 
@@ -353,6 +369,8 @@ BAD_SETTINGS = [
     ({"bapo_step": -0.05}, "bapo_step must be", None),
     ({"oapl_beta1": 0.0}, "oapl_beta1 must be > 0", None),
     ({"oapl_beta2": "1e-3"}, "oapl_beta2 must be a finite number", None),
+    ({"flash_delta": -1e-3}, "flash_delta must be a number >= 0", None),
+    ({"flash_delta": math.nan}, "flash_delta must be a number >= 0", None),
 ]
 
 
@@ -439,5 +457,6 @@ def test_padding_may_hold_garbage_and_registry():
          "gmpo": False, "topr": False, "kimi": False, "vespo": False, "gepo": False, "a3po": False,
          "dppo_tv": False, "geo_rs": False, "k3_rs": False, "snis": False, "vcpo": False,
          "trm": False, "seq_outlier_rs": False, "dppo_kl": False, "rec_oneside": False,
-         "rec_ring": False, "asymre": False, "bapo": False, "oapl": False}
+         "rec_ring": False, "asymre": False, "bapo": False, "oapl": False,
+         "flash_reinforce": False}
     assert losses.objective("ggpo").needs_ref and not losses.objective("grpo").needs_ref
