@@ -117,6 +117,8 @@ processors: .venv/ready
 # status stays clean.
 tables: .venv/ready
 	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v3_toy.png
+	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py leaderboard results/leaderboard_toy_lr5e-5 --out figures/leaderboard_lr5e-5_toy.png
+	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr5e-5 --out figures/drift_toy.png
 	test ! -d results/direction_toy || $(PY) plot.py direction results/direction_toy --out figures/direction_toy.png
 	test ! -d results/processor_toy || $(PY) plot.py processors results/processor_toy --against results/leaderboard_toy --out figures/processor_toy.png
 	test ! -d results/processor_intel_toy || $(PY) plot.py processors results/processor_intel_toy --against results/leaderboard_toy --out figures/processor_intel_toy.png

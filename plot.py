@@ -14,6 +14,8 @@
     python plot.py direction results/direction_toy --out figures/direction_toy.png  # the direction ablation
     python plot.py processors results/processor_toy --against results/leaderboard_toy \
         --out figures/processor_toy.png  # the same runs on two processors
+    python plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr5e-5 \
+        --out figures/drift_toy.png  # accuracy against the drift its batches carry, two step sizes
 
 A run folder holds config.yaml and metrics.jsonl (train.py writes them; sweep.py lays folders out
 as <loss>_N<delay>_s<seed>[_<key>-<value>...]); a folder of kept results (results/<sweep>/<run>,
@@ -32,6 +34,7 @@ import sys
 from collections import defaultdict
 
 import matplotlib
+import numpy as np
 import pandas as pd
 import scipy.stats
 import yaml
@@ -636,6 +639,11 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
         lines.append(f"Levene across N: W = {lev.statistic:.2f}, p = {lev.pvalue:.2g}; across methods "
                      "within each N: " + ", ".join(f"N = {n}: p = {t.pvalue:.2f}"
                                                    for n, t in result["levene_methods"].items()) + ".")
+    if not result["methods"]:
+        return lines + ["", "No method has runs at every N of the staleness score yet (N = "
+                        + ", ".join(map(str, stats.STALE_DELAYS)) + "): scores, tiers, the "
+                        "comparisons and the seeds they need come when one does. Cells are mean "
+                        "(min-max) over seeds of the runs themselves, in %."]
     lines.append("Staleness score: the model's mean over N = " + ", ".join(map(str, stats.STALE_DELAYS))
                  + " at the average seed and path, 95% t interval; drop: score minus the method's "
                  "own N = 0 cell; vs a reference: simultaneous 95% intervals over the "
@@ -727,8 +735,8 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     refs = list(result["vs"])
     at = f"N={at_delay}"
     lines = ["| tier | method | staleness score (95%) | rank (95%) | drop from N=0 (95%) | "
-             + " | ".join(f"vs {method_style(r, order)[0]} (simultaneous 95%)" for r in refs)
-             + " | seeds per N | " + " | ".join(f"N={d}" for d in delays) + " | "
+             + "".join(f"vs {method_style(r, order)[0]} (simultaneous 95%) | " for r in refs)
+             + "seeds per N | " + " | ".join(f"N={d}" for d in delays) + " | "
              + " | ".join(f"{title} at {at}" for _, _, title in LEADERBOARD_AT) + " |",
              "| --- |" + " --- |" * (5 + len(refs) + len(delays) + len(LEADERBOARD_AT))]
     for name in ranked:
@@ -747,12 +755,12 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
         lines.append(f"| {result['tiers'].get(name, '')} | {label} | "
                      f"{pm(score[name][0] / 100, score[name][1] / 100) if scored else ''} | "
                      f"{f'{rank[0]}-{rank[1]}' if rank else ''} | "
-                     f"{pm(drop[0] / 100, drop[1] / 100) if drop else ''} | " + " | ".join(vs) + " | "
+                     f"{pm(drop[0] / 100, drop[1] / 100) if drop else ''} | " + "".join(v + " | " for v in vs)
                      + "/".join(str(len(cells[name][d])) for d in delays) + " | "
                      + " | ".join(fmt(list(cells[name][d].values())) if cells[name][d] else ""
                                   for d in delays) + " | " + " | ".join(diag) + " |")
     letters = sorted({c for t in result["tiers"].values() for c in t}, key=stats.LETTERS.index)
-    lines += ["", "Tiers (methods that share a letter cannot be told apart; a method with several letters "
+    lines += [] if not letters else ["", "Tiers (methods that share a letter cannot be told apart; a method with several letters "
               "sits between tiers): " + "; ".join(
                   f"{c}: " + ", ".join(method_style(m, order)[0] for m in ranked if c in result["tiers"].get(m, ""))
                   for c in letters) + "."]
@@ -1000,9 +1008,147 @@ def processors(root: str, out: str, against: str = None, **_) -> None:
            [r for pair in pairs for r in pair])
 
 
+def run_drift(run: dict) -> float:
+    """The drift a run's batches carry: its mean K3 between learner and sampler over its updates."""
+    return mean([row["k3"] for row in run["rows"] if row.get("k3") is not None])
+
+
+def drift_data(runs: list) -> pd.DataFrame:
+    """stats.drift_prediction's data: one row per run, its method, N, seed, lr, final accuracy
+    (%) and drift (run_drift)."""
+    return pd.DataFrame([{"method": method(r), "N": r["delay"], "seed": r["seed"], "lr": r["cfg"]["lr"],
+                          "y": 100 * final_mean(r), "drift": run_drift(r)} for r in runs])
+
+
+def drift_lines(fit_on: pd.DataFrame, test: pd.DataFrame, name) -> list:
+    """stats.drift_prediction fitted on one step size's runs, predicting the other's: per method
+    and per cell, with the joint test."""
+    lr_fit, lr_test = (float(d["lr"].iloc[0]) for d in (fit_on, test))
+    pred = stats.drift_prediction(fit_on, test)
+    head = f"**Fitted at lr {lr_fit:g}, predicting lr {lr_test:g}**"
+    inside = sum(c["inside"] for c in pred["cells"])
+    if not pred["methods"]:
+        return ["", head + ": no method has N = 0 and stale runs at both step sizes (and stale runs at "
+                "two N or more where it is fitted) yet."]
+    lines = ["", head + f" (`stats.drift_prediction`): the fit's residual SD, the seed noise, "
+             f"{pred['seed_sd']:.2f} points; RMS of the cells' errors {pred['rmse']:.2f} points "
+             + (f"({pred['rmse_inside']:.2f} over the {inside} cells whose drift lies inside the fitted "
+                f"runs' range, of {len(pred['cells'])}); " if inside else
+                f"(each of the {len(pred['cells'])} cells' drift lies outside the fitted runs' range: "
+                "every prediction is an extrapolation); ")
+             + f"joint test sum z^2 = {pred['chi2']:.1f} on {pred['chi2_df']} methods, p = {pred['chi2_p']:.2g}.",
+             "", "| method | stale runs | error of the mean drop (points, ± 2 SE) | z | the hypothesis |",
+             "| --- | --- | --- | --- | --- |"]
+    for m, v in sorted(pred["methods"].items(), key=lambda kv: -abs(kv[1]["z"])):
+        lines.append(f"| {name(m)} | {v['runs']} | {v['error']:+.1f} ± {2 * v['se']:.1f} | {v['z']:+.1f} "
+                     f"| {'refuted' if v['refuted'] else 'holds'} |")
+    lines += ["", "| method | N | runs | K3 x1e-3 | inside the fitted drift | drop from its N = 0, observed "
+              "| predicted | error |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {name(c['method'])} | {c['N']} | {c['runs']} | {1e3 * c['drift']:.3g} "
+              f"| {'yes' if c['inside'] else 'no (extrapolated)'} | {c['observed']:+.1f} "
+              f"| {c['predicted']:+.1f} | {c['error']:+.1f} |" for c in pred["cells"]]
+    return lines
+
+
+# published drift statistics the toy's cells can be set against: (the entry whose runs log the same
+# statistic, the metric, the published value, what it measured)
+ANCHOR_DRIFT = [("grpo_behavior", "clip_frac", 0.0122,
+                 "M2PO (arXiv 2510.01161, abstract): the share of tokens PPO's clip (0.2, against the "
+                 "sampler) cuts at staleness 256 (Qwen2.5 7B-32B, lr 1e-6), before M2PO's own mask")]
+
+
+def anchor_lines(runs: list, name) -> list:
+    """Where each published drift statistic (ANCHOR_DRIFT) falls among the toy's cells: per cell
+    (lr x N) of the entry that logs it, the statistic's mean over its runs' updates, and the two
+    cells that bracket the published value."""
+    lines = []
+    for entry, key, value, claim in ANCHOR_DRIFT:
+        cells = defaultdict(list)
+        for r in runs:
+            if method(r) == entry and r["delay"] > 0:
+                cells[(r["cfg"]["lr"], r["delay"])].append(mean([row[key] for row in r["rows"]
+                                                                  if row.get(key) is not None]))
+        if not cells:
+            continue
+        got = sorted(((mean(v), lr, n, len(v)) for (lr, n), v in cells.items()))
+        below = [c for c in got if c[0] <= value]
+        above = [c for c in got if c[0] > value]
+        where = lambda c: f"lr {c[1]:g}, N = {c[2]} ({100 * c[0]:.2f}%)"
+        between = (f"between {where(below[-1])} and {where(above[0])}" if below and above
+                   else f"beyond every cell ({where(got[-1])})" if below else f"below every cell ({where(got[0])})")
+        lines += ["", f"**An anchor placed**: {claim}: {100 * value:.2f}%. Among the toy's cells of "
+                  f"{name(entry)} ({key} over every update, mean over runs) it lies {between}.", "",
+                  "| lr | N | runs | " + key + " (%) |", "| --- | --- | --- | --- |"]
+        lines += [f"| {lr:g} | {n} | {k} | {100 * v:.2f} |" for v, lr, n, k in sorted(got, key=lambda c: (-c[1], c[2]))]
+    return lines
+
+
+def drift(root: str, out: str, against: str = None, **_) -> None:
+    """Is a cell's drop from its method's own on-policy accuracy a function of the drift its
+    batches carry, whatever N and the step size that made it? The leaderboard at one lr (root)
+    and at another (`against`), the methods both have. Table: per method, lr and N, the final
+    accuracy (mean over seeds) and the mean K3 the batches carried; then stats.drift_prediction
+    fitted at each lr, predicting the other's cells (out of sample). Figure: one panel per
+    method, each stale run's drop from its lr's mean N = 0 accuracy against its K3 (log), one
+    color per lr, one marker per N, the line fitted at root's lr."""
+    if not against:
+        raise ValueError("plot.py drift needs --against: the folder of the runs at the other step size")
+    runs = {folder: load_runs(folder) for folder in (root, against)}
+    data = {folder: drift_data(rs) for folder, rs in runs.items()}
+    for folder, d in data.items():
+        if d["lr"].nunique() != 1:
+            raise ValueError(f"{folder} mixes step sizes {sorted(d['lr'].unique())}: one lr per folder")
+    a, b = data[root], data[against]
+    shared = [m for m in dict.fromkeys(a["method"]) if m in set(b["method"])]
+    a, b = a[a["method"].isin(shared)], b[b["method"].isin(shared)]
+    order = [m for n in loss_order(runs[root]) for m in ((n, "grpo_behavior") if n == "grpo" else (n,))
+             if m in shared]
+    name = lambda m: method_style(m, order)[0]
+    delays = sorted(set(a["N"]) | set(b["N"]))
+    lines = ["| method | lr | " + " | ".join(f"N={n}: final % (K3 x1e-3)" for n in delays) + " |",
+             "| --- | --- |" + " --- |" * len(delays)]
+    for m in order:
+        for d in (a, b):
+            own = d[d["method"] == m]
+            cell = lambda g: (f"{g['y'].mean():.1f} ({1e3 * g['drift'].mean():.3g})" if len(g) else "")
+            lines.append(f"| {name(m)} | {d['lr'].iloc[0]:g} | "
+                         + " | ".join(cell(own[own["N"] == n]) for n in delays) + " |")
+    lines += drift_lines(a, b, name) + drift_lines(b, a, name) + anchor_lines(runs[root] + runs[against], name)
+    cols = min(5, len(order))
+    rows = -(-len(order) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False, sharey=True)
+    markers = {8: "o", 32: "s", 128: "^"}
+    fitted = stats.drift_prediction(a, a)["lines"]
+    stale = pd.concat([a, b]).query("N > 0")["drift"]  # the line spans the stale runs' drift
+    xs = np.logspace(math.log10(stale.min()), math.log10(stale.max()), 50)
+    for ax, m in zip(axes.flat, order):
+        for d, color in ((a, "tab:blue"), (b, "tab:red")):
+            own = d[d["method"] == m]
+            base = own.loc[own["N"] == 0, "y"].mean()
+            for n, g in own[own["N"] > 0].groupby("N"):
+                ax.scatter(g["drift"], g["y"] - base, s=12, color=color, marker=markers.get(n, "x"),
+                           label=f"lr {d['lr'].iloc[0]:g}, N = {n}")
+            if not own[own["N"] > 0].empty and math.isnan(base):
+                ax.text(0.02, 0.02 + 0.08 * (color == "tab:red"), f"lr {d['lr'].iloc[0]:g}: no N = 0 run yet",
+                        transform=ax.transAxes, fontsize=6, color=color)
+        if m in fitted:
+            ax.plot(xs, fitted[m][0] + fitted[m][1] * np.log10(xs), color="tab:blue", lw=0.8,
+                    label=f"fit at lr {a['lr'].iloc[0]:g}")
+        ax.set_xscale("log")
+        ax.set_title(name(m), fontsize=7)
+        ax.axhline(0, color="gray", lw=0.5)
+    for ax in axes.flat[len(order):]:
+        ax.axis("off")
+    axes[0][0].set_ylabel("drop from its lr's N = 0 (points)")
+    axes[-1][0].set_xlabel("mean K3 learner vs sampler (log)")
+    finish(fig, [axes[0][0]], out, f"Final accuracy against the drift its batches carried, at two step "
+                                   f"sizes ({seeds_note(runs[root] + runs[against])})",
+           lines, runs[root] + runs[against])
+
+
 FIGURES = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7,
            "fig8": fig8, "fig9": fig9, "fig10": fig10, "leaderboard": leaderboard,
-           "numerics": numerics, "direction": direction, "processors": processors}
+           "numerics": numerics, "direction": direction, "processors": processors, "drift": drift}
 
 
 def main(argv=None) -> None:
@@ -1016,7 +1162,8 @@ def main(argv=None) -> None:
                              "diagnostics columns (default 32)")
     parser.add_argument("--window", type=int, default=20, help="moving average of per-update metrics")
     parser.add_argument("--against", help="processors: the folder of the same runs made on another "
-                                          "machine (the runs of root are matched to them by name)")
+                                          "machine (the runs of root are matched to them by name); "
+                                          "drift: the folder of the runs at the other step size")
     args = parser.parse_args(argv)
     args.out = args.out or os.path.join(FIGURES_DIR, f"{args.figure}.png")
     if args.figure == "leaderboard":

@@ -221,8 +221,9 @@ def fit_leaderboard(data: pd.DataFrame) -> dict:
     have = set(zip(data["method"], data["N"]))
     methods = sorted({m for m in data["method"] if all((m, n) in have for n in STALE_DELAYS)})
     share = 1 / len(STALE_DELAYS)
-    score_l = np.array([_contrast(fit, {(m, n): share for n in STALE_DELAYS}) for m in methods])
     params, cov_p, df = fit.params.to_numpy(), fit.cov_params().to_numpy(), fit.df_resid
+    score_l = np.array([_contrast(fit, {(m, n): share for n in STALE_DELAYS}) for m in methods]
+                       ).reshape(len(methods), len(params))
     est, cov = score_l @ params, score_l @ cov_p @ score_l.T
     q = scipy.stats.t.ppf(1 - ALPHA / 2, df)
     out = {"fit": fit, "sigma": sigma, "df": df, "methods": methods, "n_runs": len(data),
@@ -248,15 +249,10 @@ def fit_leaderboard(data: pd.DataFrame) -> dict:
             p_adj = float((max_t >= abs(diff[k]) / se[k]).mean())
             out["vs"][r][m] = (float(diff[k]), crit * float(se[k]), p_adj)
         out["vs_critical"], out["vs_family"] = crit, len(family)
-    pairs, p_holm = _holm_pairs(est, cov, df)
-    different = [(methods[i], methods[j]) for (i, j), p in zip(pairs, p_holm) if p < ALPHA]
-    out["tiers"] = letter_display(methods, list(est), different)
-    out["pairs"] = {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_holm)}
-    draws = rng.multivariate_normal(est, cov, size=DRAWS, method="eigh")
-    ranks = (-draws).argsort(axis=1).argsort(axis=1) + 1
-    out["rank"] = {m: (int(np.quantile(ranks[:, i], ALPHA / 2, method="lower")),
-                       int(np.quantile(ranks[:, i], 1 - ALPHA / 2, method="higher")))
-                   for i, m in enumerate(methods)}
+    if not methods:  # no method has every stale N yet: cells only
+        out.update(tiers={}, pairs={}, rank={})
+    else:
+        _compare(out, methods, est, cov, df, rng)
     out["sd_score"] = math.sqrt(sum(sigma[n] ** 2 for n in STALE_DELAYS if n in sigma)) / len(STALE_DELAYS)
     out["path"] = dict(zip(("effects", "tau", "F", "p"), _factor_effects(fit, "path", sigma)))
     out["seed"] = _seed_test(data, fit, weights, sigma)
@@ -269,6 +265,19 @@ def fit_leaderboard(data: pd.DataFrame) -> dict:
         if len(per_method) > 1:
             out["levene_methods"][n] = scipy.stats.levene(*per_method)
     return out
+
+
+def _compare(out: dict, methods: list, est, cov, df, rng) -> None:
+    """Tiers (Holm over all pairs, letters) and rank intervals (parametric bootstrap) into out."""
+    pairs, p_holm = _holm_pairs(est, cov, df)
+    different = [(methods[i], methods[j]) for (i, j), p in zip(pairs, p_holm) if p < ALPHA]
+    out["tiers"] = letter_display(methods, list(est), different)
+    out["pairs"] = {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_holm)}
+    draws = rng.multivariate_normal(est, cov, size=DRAWS, method="eigh")
+    ranks = (-draws).argsort(axis=1).argsort(axis=1) + 1
+    out["rank"] = {m: (int(np.quantile(ranks[:, i], ALPHA / 2, method="lower")),
+                       int(np.quantile(ranks[:, i], 1 - ALPHA / 2, method="higher")))
+                   for i, m in enumerate(methods)}
 
 
 def touching_rows(result: dict, max_seeds: int) -> dict:
@@ -296,21 +305,33 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     between learner and sampler over its updates); x = log10(drift), stale = [N > 0]. On
     fit_runs, OLS with a base per method and a drop linear in x on its stale runs:
 
-        y_r = c[method_r] + stale_r (a[method_r] + b[method_r] x_r) + e_r,   e_r ~ (0, s^2).
+        y_r = c[method_r] + stale_r (a[method_r] + b[method_r] x_r) + e_r,   e_r ~ (0, s^2),
 
-    For each method fitted, with N = 0 and stale runs in test_runs, its stale runs' mean
-    prediction error, mean(y - ybar_0) - (a + b mean(x)) with ybar_0 the mean of its own N = 0
-    test runs, has variance s^2 / n + s^2 / n_0 + the fit's variance of a + b mean(x). Returns per
-    method: runs, error, its standard error, z and `refuted` (|z| > 2); `rmse`, the root mean square
-    of the per-cell (method x N) mean errors; `seed_sd` = s, the noise the errors are judged
-    against."""
+    over the methods with N = 0 runs and stale runs at two N or more (a and b identifiable).
+    For each such method with N = 0 and stale runs in test_runs, its stale runs' mean prediction
+    error, mean(y - ybar_0) - (a + b mean(x)) with ybar_0 the mean of its own N = 0 test runs,
+    has variance s^2 / n + s^2 / n_0 + the fit's variance of a + b mean(x). Returns per method:
+    runs, error, its standard error, z and `refuted` (|z| > 2); `cells`, per method x N of the
+    test runs: runs, mean drift, observed and predicted drop from N = 0 and their difference;
+    and whether its mean drift lies inside the range of the method's fitted stale runs (`inside`:
+    else the line is extrapolated); `rmse`, the root mean square of the cells' errors (`rmse_inside`:
+    of the cells inside); `seed_sd` = s, the noise the errors are
+    judged against; `lines`, per method fitted, (a, b); `chi2`, `chi2_df`, `chi2_p`: sum of the methods' z^2 against chi-square with
+    one degree of freedom per method (the joint test of the hypothesis)."""
+    rms = lambda errors: float(np.sqrt(np.mean(np.square(errors)))) if errors else math.nan
+
     def prepared(frame):
         frame = frame.copy()
         frame["stale"] = (frame["N"] > 0).astype(float)
         frame["x"] = np.where(frame["N"] > 0, np.log10(frame["drift"].clip(lower=1e-30)), 0.0)
         return frame
     train, test = prepared(fit_runs), prepared(test_runs)
-    methods = sorted(train["method"].unique())
+    methods = sorted(m for m, g in train.groupby("method")
+                     if (g["N"] == 0).any() and g.loc[g["N"] > 0, "N"].nunique() >= 2)
+    train = train[train["method"].isin(methods)]
+    if not methods:
+        return {"methods": {}, "cells": [], "seed_sd": math.nan, "fit": None, "lines": {},
+                "rmse": math.nan, "rmse_inside": math.nan, "chi2": math.nan, "chi2_df": 0, "chi2_p": math.nan}
     design = np.column_stack([col for m in methods for col in (
         (train["method"] == m).to_numpy(float), (train["method"] == m) * train["stale"],
         (train["method"] == m) * train["stale"] * train["x"])])
@@ -329,8 +350,16 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
         se = math.sqrt(s2 / len(stale) + s2 / len(base) + float(c @ fit.cov_params() @ c))
         per[m] = {"runs": len(stale), "error": error, "se": se, "z": error / se,
                   "refuted": abs(error / se) > 2}
+        seen = train.loc[(train["method"] == m) & (train["N"] > 0), "x"]
         for N, g in stale.groupby("N"):
-            cells.append(float((g["y"] - base["y"].mean()).mean())
-                         - float(fit.params[3 * k + 1] + fit.params[3 * k + 2] * g["x"].mean()))
-    return {"methods": per, "rmse": float(np.sqrt(np.mean(np.square(cells)))) if cells else math.nan,
-            "seed_sd": math.sqrt(s2), "fit": fit}
+            observed = float((g["y"] - base["y"].mean()).mean())
+            want = float(fit.params[3 * k + 1] + fit.params[3 * k + 2] * g["x"].mean())
+            cells.append({"method": m, "N": int(N), "runs": len(g), "drift": float(g["drift"].mean()),
+                          "observed": observed, "predicted": want, "error": observed - want,
+                          "inside": bool(seen.min() <= g["x"].mean() <= seen.max())})
+    chi2 = float(sum(v["z"] ** 2 for v in per.values()))
+    lines = {m: (float(fit.params[3 * k + 1]), float(fit.params[3 * k + 2])) for k, m in enumerate(methods)}
+    return {"methods": per, "cells": cells, "seed_sd": math.sqrt(s2), "fit": fit, "lines": lines,
+            "rmse": rms([c["error"] for c in cells]), "rmse_inside": rms([c["error"] for c in cells if c["inside"]]),
+            "chi2": chi2, "chi2_df": len(per),
+            "chi2_p": float(scipy.stats.chi2.sf(chi2, len(per))) if per else math.nan}

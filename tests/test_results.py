@@ -89,6 +89,8 @@ def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
     with open(os.path.join(ROOT, "Makefile")) as f:
         lines = [l.split("|| ")[1].split() for l in f if "plot.py" in l and " results/" in l]
     assert [(l[2], l[3]) for l in lines] == [("leaderboard", "results/leaderboard_toy"),
+                                            ("leaderboard", "results/leaderboard_toy_lr5e-5"),
+                                            ("drift", "results/leaderboard_toy"),
                                             ("direction", "results/direction_toy"),
                                             ("processors", "results/processor_toy"),
                                             ("processors", "results/processor_intel_toy")]
@@ -98,7 +100,7 @@ def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
             continue
         remade = str(tmp_path / os.path.basename(out))
         more = [os.path.join(ROOT, a) if a.startswith("results/") else a
-                for a in line[4:line.index("--out")]]  # processors' --against
+                for a in line[4:line.index("--out")]]  # processors' and drift's --against
         plot.main([figure, os.path.join(ROOT, results), *more, "--out", remade])
         committed = os.path.join(ROOT, os.path.splitext(out)[0] + ".md")
         assert open(os.path.splitext(remade)[0] + ".md").read() == open(committed).read(), \

@@ -117,6 +117,15 @@ def test_drift_prediction_holds_out_of_sample_and_refutes_a_step_size_effect():
     assert same["seed_sd"] == pytest.approx(1.0, abs=0.3) and same["rmse"] < 2 * same["seed_sd"]
     assert not any(m["refuted"] for m in same["methods"].values())
     assert all(m["runs"] == 15 and abs(m["error"]) < 3 * m["se"] for m in same["methods"].values())
+    assert same["chi2_df"] == 2 and same["chi2_p"] > 0.01 and len(same["cells"]) == 6
+    cell = same["cells"][0]  # m1 at N = 8: drift 0.1 * 8^1.2 * 1e-4, its drop a + b log10(drift)
+    assert (cell["method"], cell["N"], cell["runs"]) == ("m1", 8, 5)
+    # the fit saw drift 8^1.2 1e-4 .. 128^1.2 1e-4: the test's N = 128 lies inside, N = 8 and 32 below
+    assert [c["inside"] for c in same["cells"]] == [False, False, True] * 2
+    assert cell["drift"] == pytest.approx(0.1 * 8 ** 1.2 * 1e-4)
+    assert cell["predicted"] == pytest.approx(-5.0 - 10.0 * math.log10(cell["drift"]), abs=3.0)
     shifted = stats.drift_prediction(fit_on, drift_runs(6.0, 0.1, seed=1))  # the lr matters beyond drift
     assert all(m["refuted"] and abs(m["error"] - 6.0) < 3 * m["se"] for m in shifted["methods"].values())
-    assert shifted["rmse"] > 4 * shifted["seed_sd"]
+    assert shifted["rmse"] > 4 * shifted["seed_sd"] and shifted["chi2_p"] < 1e-6
+    one_n = fit_on[fit_on["method"].eq("m1") | fit_on["N"].isin([0, 8])]  # m2 has one stale N
+    assert set(stats.drift_prediction(one_n, drift_runs(0.0, 0.1, seed=1))["methods"]) == {"m1"}
