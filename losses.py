@@ -1118,19 +1118,13 @@ def oapl(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return loss, -r, {"oapl_v_star_mean": v_star.mean(), "oapl_residual_mean": r.mean(),
                       "oapl_residual_abs_mean": r.abs().mean()}
 
-def _check_flash_delta(hp, name):
-    v = hp["flash_delta"]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
-        raise ValueError(f"flash_delta must be a number >= 0 (.inf: no trust region), got {v!r}")
-
-
 def _flash_stats(logp, behavior_logp, mask, hp):
     """n / B and the mean reward of the whole batch (FlashREINFORCE's baseline and normalization)."""
     return {"gspo_len_mean": float(mask.sum() / mask.size(0)), "flash_reward_mean": float(hp["rewards"].mean())}
 
 
 @register("flash_reinforce", label="FlashREINFORCE", hparams={"flash_delta": 3e-3},
-          checks=(_check_flash_delta,), batch_stats=_flash_stats, stats_read_logp=False,
+          checks=(_nonnegative("flash_delta"),), batch_stats=_flash_stats, stats_read_logp=False,
           stats_read_rewards=True)
 def flash_reinforce(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""FlashREINFORCE (yifanzhang-pro/FlashREINFORCE flashreinforce/loss.py ``flashreinforce_loss``,
@@ -1142,7 +1136,8 @@ def flash_reinforce(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp
         loss = -(1/B) sum_i (a_i / |y_i|) sum_t w_{i,t} exp(l - sg(l)),   dL/dl_{i,t} = -a_i w_{i,t} / (B |y_i|),
     a sequence-mean written as a token-mean with the batch's n/B (``gspo_len_mean``; the mean reward
     ``flash_reward_mean`` is a batch statistic too). flash_delta 3e-3 (the reference function's
-    default and its math recipe's; its R1 recipe 5e-3, the alternative 1e-3). Metrics is_weight_mean,
+    default and its math recipe's; its R1 recipe 5e-3, the alternative 1e-3); flash_delta >= 14 keeps
+    every response (the clamped d is at most log 1e6 < 14), its no-trust-region ablation. Metrics is_weight_mean,
     is_ess, is_masked_frac (tokens of rejected responses), flash_seq_kl_mean. Its ratio is to the
     sampler already: one step per batch changes nothing."""
     lp = logp.detach()

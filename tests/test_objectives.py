@@ -231,6 +231,12 @@ def flash_reinforce_on_policy():
         got, met = grad_of("flash_reinforce", logp, logp.clone(), mask, r, m, flash_delta=delta)
         torch.testing.assert_close(got, want, atol=1e-15, rtol=1e-12)
         assert met["is_masked_frac"] == 0 and met["flash_seq_kl_mean"] == pytest.approx(0, abs=1e-12)
+    far = batch_four_spreads(seed=1)  # |ell| up to ~1.5: the default gate drops responses, 14 none
+    far["logp"] = far["b"] + 20.0 * (far["logp"] - far["b"]).clamp(-1, 1)
+    far["logp"] = far["logp"].clamp(max=-1e-3)
+    _, dropped = grad_of_batch("flash_reinforce", far)
+    _, kept = grad_of_batch("flash_reinforce", far, flash_delta=14.0)
+    assert dropped["is_masked_frac"] > 0.5 and kept["is_masked_frac"] == 0
 
 
 NOT_GRPO_ON_POLICY = {  # name -> the check of what it is at logp == behavior_logp instead
@@ -369,8 +375,7 @@ BAD_SETTINGS = [
     ({"bapo_step": -0.05}, "bapo_step must be", None),
     ({"oapl_beta1": 0.0}, "oapl_beta1 must be > 0", None),
     ({"oapl_beta2": "1e-3"}, "oapl_beta2 must be a finite number", None),
-    ({"flash_delta": -1e-3}, "flash_delta must be a number >= 0", None),
-    ({"flash_delta": math.nan}, "flash_delta must be a number >= 0", None),
+    ({"flash_delta": -1e-3}, "flash_delta must be >= 0", None),
 ]
 
 

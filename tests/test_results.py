@@ -131,3 +131,15 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     assert float(path.group(1)) < 0.05 and float(seed.group(1)) >= 0.05
     late = re.search(r"\| all \| \d+ \| \d+ \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|", text)
     assert float(late.group(1)) > 0.75  # the late mean's SD is less than a quarter lower (docs)
+
+
+def test_the_anchor_reading_holds_in_the_generated_drift_table():
+    """docs/leaderboard.md places M2PO's published clip fraction (1.22% at staleness 256) below
+    the toy's N = 8 at lr 2e-4 and above its N = 8 at lr 5e-5: checked against the committed
+    figures/drift_toy.md, which `make tables` makes."""
+    with open(os.path.join(ROOT, "figures", "drift_toy.md")) as f:
+        text = f.read()
+    placed = text[text.index("**An anchor placed**"):]
+    share = {(lr, int(n)): float(v) for lr, n, v in re.findall(r"\| ([\d.e-]+) \| (\d+) \| \d+ \| ([\d.]+) \|", placed)}
+    published = float(re.search(r": ([\d.]+)%\. Among", placed).group(1))
+    assert published == 1.22 and share[("5e-05", 8)] < published < share[("0.0002", 8)]
