@@ -92,9 +92,12 @@ leaderboard-seeds: .venv/ready
 
 # The leaderboard at a second step size (lr 5e-5): the study's four, PPO against the sampler, the
 # top tier, the anchors' methods and two rows that collapse at 2e-4, N in {0, 8, 32, 128}, seeds
-# 0-2, kept in results/leaderboard_toy_lr5e-5 (skipped once there: it grows across machines).
+# 0-2, kept in results/leaderboard_toy_lr5e-5 (skipped once there: it grows across machines); then
+# a third (lr 1.25e-5) for the study's four and PPO against the sampler.
 leaderboard-lr: .venv/ready
 	$(PY) sweep.py configs/sweep_leaderboard_lr5e-5_toy.yaml --jobs auto
+	$(PY) sweep.py configs/sweep_leaderboard_lr1.25e-5_toy.yaml --jobs auto
+	$(MAKE) tables
 
 # The direction ablation: token MIS, band wide/narrow x masking both sides/the harmful side only.
 direction: .venv/ready
@@ -119,6 +122,8 @@ tables: .venv/ready
 	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v3_toy.png
 	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py leaderboard results/leaderboard_toy_lr5e-5 --out figures/leaderboard_lr5e-5_toy.png
 	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr5e-5 --out figures/drift_toy.png
+	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) plot.py leaderboard results/leaderboard_toy_lr1.25e-5 --out figures/leaderboard_lr1.25e-5_toy.png
+	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr1.25e-5 --out figures/drift_lr1.25e-5_toy.png
 	test ! -d results/direction_toy || $(PY) plot.py direction results/direction_toy --out figures/direction_toy.png
 	test ! -d results/processor_toy || $(PY) plot.py processors results/processor_toy --against results/leaderboard_toy --out figures/processor_toy.png
 	test ! -d results/processor_intel_toy || $(PY) plot.py processors results/processor_intel_toy --against results/leaderboard_toy --out figures/processor_intel_toy.png
