@@ -545,16 +545,6 @@ LADDER_SEEDS = 10  # rows whose tier more seeds can settle get this many (the se
 ANCHORS = ("m2po", "vespo", "vcpo", "gepo")  # published with a staleness claim (docs/leaderboard.md)
 
 
-def t_interval(values: list) -> tuple:
-    """(mean, half-width of the 95% Student t interval) over independent values (seeds); the
-    half-width is None for fewer than two."""
-    m = mean(values)
-    if len(values) < 2:
-        return m, None
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
-    return m, scipy.stats.t.ppf(0.975, len(values) - 1) * sd / math.sqrt(len(values))
-
-
 def seed_scores(cells: dict) -> dict:
     """{seed: mean over stats.STALE_DELAYS of that seed's final accuracy} for the seeds that
     have every one of those N; cells: {delay: {seed: final}}."""
@@ -872,8 +862,9 @@ def direction_arm(run: dict) -> tuple:
 def direction(root: str, out: str, **_) -> None:
     """The direction ablation: token MIS with its band (wide [0, 5], narrow [0.8, 1.2]) x
     mis_direction (both, harmful). Table: final mean@k per N, mean (min-max) over seeds, and per
-    band the paired difference harmful - both (the same seed samples the same prompts) with its
-    95% t interval over seeds; the figure: one panel per band, final accuracy against N."""
+    band and N the difference harmful - both from one pooled model of every run (stats.fit_cells)
+    with its 95% t interval and Holm-adjusted p over the differences; the figure: one panel per
+    band, final accuracy against N."""
     runs = load_runs(root)
     final = defaultdict(dict)  # (band, direction, delay) -> {seed: final}
     for r in runs:
@@ -898,17 +889,27 @@ def direction(root: str, out: str, **_) -> None:
             lines.append(f"| {label} | {direction_} | " + " | ".join(
                 fmt(list(final[(band, direction_, d)].values())) if final.get((band, direction_, d))
                 else "" for d in delays) + " |")
-        cells = []
-        for d in delays:
-            both, harm = final.get((band, "both", d), {}), final.get((band, "harmful", d), {})
-            paired = [harm[k] - both[k] for k in sorted(set(both) & set(harm))]
-            cells.append(f"{pm(*t_interval(paired))} ({len(paired)} seed{'s' if len(paired) > 1 else ''})"
-                         if paired else "")
-        diffs.append(f"| {label} | harmful - both, paired (95% t) | " + " | ".join(cells) + " |")
         ax.set_title(f"token MIS, band {label}")
         ax.set_xticks(range(len(delays)), [str(d) for d in delays])
         ax.set_xlabel("synchronization delay N")
         ax.set_ylabel("final mean accuracy (%)")
+    arm = lambda band, direction_: f"[{band[0]:g}, {band[1]:g}] {direction_}"
+    data = pd.DataFrame([{"method": arm(*direction_arm(r)), "N": r["delay"], "seed": r["seed"],
+                          "path": rounding_path(r), "y": 100 * final_mean(r)} for r in runs])
+    fit, sigma = stats.fit_cells(data)
+    family = {(band, d): {(arm(band, "harmful"), d): 1, (arm(band, "both"), d): -1} for band in bands
+              for d in delays if final.get((band, "both", d)) and final.get((band, "harmful", d))}
+    tested = stats.holm_contrasts(fit, family)
+    for band in bands:
+        diffs.append(f"| [{band[0]:g}, {band[1]:g}] | harmful - both (95% t; Holm p) | " + " | ".join(
+            f"{pm(tested[(band, d)][0] / 100, tested[(band, d)][1] / 100)}; p = {tested[(band, d)][3]:.2g}"
+            if (band, d) in tested else "" for d in delays) + " |")
+    diffs += ["", f"The differences come from one model of the {len(data)} runs (`stats.fit_cells`, statsmodels "
+              "WLS: a mean per arm x N, an error SD per N: " + ", ".join(f"N = {n}: {v:.2f}" for n, v in sigma.items())
+              + f"; {fit.df_resid:.0f} residual degrees of freedom"
+              + ("; each N ran on one processor kind, so the cells absorb it" if
+                 data.groupby("N")["path"].nunique().max() == 1 else "; the rounding path a fixed factor")
+              + f"), Holm's adjustment over the {len(tested)} differences (family-wise 5%)."]
     finish(fig, axes[0], out, f"Direction ablation: token MIS masking both sides or only the "
                               f"harmful side ({seeds_note(runs)}, min-max)", lines + diffs, runs)
 

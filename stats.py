@@ -154,6 +154,27 @@ def estimate(fit, cells: dict) -> tuple:
     return float(v @ fit.params.to_numpy()), float(half)
 
 
+def fit_cells(data: pd.DataFrame) -> tuple:
+    """(fit, {N: sigma}) of the cell-means model alone (a mean per method x N, the rounding path
+    as a factor where it varies within an N, an error SD per N, FGLS): the leaderboard's model
+    for a small design. data: columns method, N, seed, path, y."""
+    data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
+    if data.groupby("N")["path"].nunique().max() == 1:  # each N on one path: the cells absorb it
+        data = data.assign(path="one per N")
+    fit, sigma, _ = _fgls(data)
+    return fit, sigma
+
+
+def holm_contrasts(fit, contrasts: dict) -> dict:
+    """{name: (estimate, 95% t half-width, p, Holm-adjusted p)} for contrasts {name: {(method,
+    N): weight}} of the model's cells, one family (Holm over the contrasts given)."""
+    t_crit = scipy.stats.t.ppf(1 - ALPHA / 2, fit.df_resid)
+    out = {name: estimate(fit, cells) for name, cells in contrasts.items()}
+    p = [2 * scipy.stats.t.sf(abs(e) / (h / t_crit), fit.df_resid) for e, h in out.values()]
+    p_holm = multipletests(p, alpha=ALPHA, method="holm")[1]
+    return {name: (e, h, float(pv), float(ph)) for (name, (e, h)), pv, ph in zip(out.items(), p, p_holm)}
+
+
 def _factor_effects(fit, factor: str, sigma: dict) -> tuple:
     """({level: (effect, 95% half-width)}, tau, F, p) of a sum-to-zero factor of the model
     ('path'); empty and None where the model has no such term."""

@@ -170,8 +170,10 @@ def test_late_evaluation_measure_uses_the_same_runs(tmp_path):
 
 def test_direction_ablation_table(tmp_path):
     """The 2 x 2 of configs/sweep_direction_toy.yaml: wide and narrow band x both and harmful,
-    N = 32, seeds 0 and 1; harmful - both paired per seed: wide 0.1, 0.2 (0.15 +- 12.706 *
-    0.0707 / sqrt 2 = 0.635), narrow 0.0, 0.0."""
+    N = 32, seeds 0 and 1; only wide-harmful varies (30, 40): the pooled model's residual
+    variance is (5^2 + 5^2) / (8 runs - 4 cells) = 12.5, so harmful - both is 15 (wide) and 0
+    (narrow), each with SE sqrt(12.5 (1/2 + 1/2)) and 95% half-width t(0.975, 4) x SE = 9.8;
+    Holm over the two: wide 2 x p(|t| = 15 / sqrt 12.5, 4 df) = 0.026, narrow 1."""
     runs = tmp_path / "runs"
     for seed in (0, 1):
         for band, low, high in (("wide", 0.0, 5.0), ("narrow", 0.8, 1.2)):
@@ -184,8 +186,8 @@ def test_direction_ablation_table(tmp_path):
     table = _table(out)
     for line in ("| [0, 5] | both | 20.0 (20.0-20.0) |", "| [0, 5] | harmful | 35.0 (30.0-40.0) |",
                  "| [0.8, 1.2] | both | 20.0 (20.0-20.0) |", "| [0.8, 1.2] | harmful | 20.0 (20.0-20.0) |",
-                 "| [0, 5] | harmful - both, paired (95% t) | 15.0 ± 63.5 (2 seeds) |",
-                 "| [0.8, 1.2] | harmful - both, paired (95% t) | 0.0 ± 0.0 (2 seeds) |"):
+                 "| [0, 5] | harmful - both (95% t; Holm p) | 15.0 ± 9.8; p = 0.026 |",
+                 "| [0.8, 1.2] | harmful - both (95% t; Holm p) | 0.0 ± 9.8; p = 1 |"):
         assert line in table, line
     assert table.index("[0, 5] | both") < table.index("[0.8, 1.2] | both")  # the published band first
 

@@ -145,3 +145,13 @@ def test_the_anchor_reading_holds_in_the_generated_drift_table():
     share = {(lr, int(n)): float(v) for lr, n, v in re.findall(r"\| ([\d.e-]+) \| (\d+) \| \d+ \| ([\d.]+) \|", placed)}
     published = float(re.search(r": ([\d.]+)%\. Among", placed).group(1))
     assert published == 1.22 and share[("5e-05", 8)] < published < share[("0.0002", 8)]
+
+
+def test_the_direction_differences_in_the_docs_are_the_generated_ones():
+    """docs/leaderboard.md's direction table quotes the pooled model's differences: each is in
+    figures/direction_toy.md, which `make tables` makes."""
+    with open(os.path.join(ROOT, "docs", "leaderboard.md")) as f:
+        quoted = re.findall(r"\| \+([\d.]+ ± [\d.]+; p = [\d.e-]+) \|", f.read())
+    with open(os.path.join(ROOT, "figures", "direction_toy.md")) as f:
+        generated = f.read()
+    assert len(quoted) == 4 and all(q in generated for q in quoted)
