@@ -92,10 +92,12 @@ leaderboard-seeds: .venv/ready
 
 # The leaderboard at a second step size (lr 5e-5): the study's four, PPO against the sampler, the
 # top tier, the anchors' methods and two rows that collapse at 2e-4, N in {0, 8, 32, 128}, seeds
-# 0-2, kept in results/leaderboard_toy_lr5e-5 (skipped once there: it grows across machines); then
-# a third (lr 1.25e-5) for the study's four and PPO against the sampler.
+# 0-2, kept in results/leaderboard_toy_lr5e-5 (skipped once there: it grows across machines), then
+# the newest corrections at that step; then a third (lr 1.25e-5) for the study's four and PPO
+# against the sampler.
 leaderboard-lr: .venv/ready
 	$(PY) sweep.py configs/sweep_leaderboard_lr5e-5_toy.yaml --jobs auto
+	$(PY) sweep.py configs/sweep_leaderboard_lr5e-5_newest_toy.yaml --jobs auto
 	$(PY) sweep.py configs/sweep_leaderboard_lr1.25e-5_toy.yaml --jobs auto
 	$(MAKE) tables
 
