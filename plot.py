@@ -1084,6 +1084,36 @@ def anchor_lines(runs: list, name) -> list:
     return lines
 
 
+REGIME_ROWS = ("grpo", "grpo_tis", "agro", "ggpo", "grpo_behavior")  # the study's four, PPO vs sampler
+MILD_DROP = 5.0  # points: "near its on-policy accuracy" at N = 8 (about one seed SD of a cell there)
+
+
+def regime_lines(frames: list, name) -> list:
+    """The regime at N = 8 per step size: for the study's four and PPO against the sampler, the
+    final accuracy at N = 8 minus N = 0 from the cell-means model of that step size's runs
+    (stats.fit_cells), 95% t; mild where every one of the study's four loses less than MILD_DROP."""
+    lines = ["", f"**The regime at N = 8** (final accuracy at N = 8 minus N = 0, points, the cell-means "
+             f"model of each step size's runs, 95% t; mild: each of the study's four loses less than "
+             f"{MILD_DROP:g}):", "", "| lr | " + " | ".join(name(m) for m in REGIME_ROWS) + " | mild |",
+             "| --- |" + " --- |" * (len(REGIME_ROWS) + 1)]
+    for d in frames:
+        own = d[d["method"].isin(REGIME_ROWS) & d["N"].isin([0, 8])].assign(path="one")
+        have = [m for m in REGIME_ROWS if {0, 8} <= set(own.loc[own["method"] == m, "N"])]
+        own = own[own["method"].isin(have)]
+        try:
+            fit, _ = stats.fit_cells(own)
+            drops = {m: stats.estimate(fit, {(m, 8): 1, (m, 0): -1}) for m in have}
+            cell = lambda m: pm(drops[m][0] / 100, drops[m][1] / 100) if m in drops else ""
+        except ValueError:  # one run per cell: no residual degrees of freedom yet
+            means = own.groupby(["method", "N"])["y"].mean()
+            drops = {m: (means[(m, 8)] - means[(m, 0)], None) for m in have}
+            cell = lambda m: f"{drops[m][0]:+.1f} (one seed)" if m in drops else ""
+        study = [m for m in REGIME_ROWS[:4] if m in drops]
+        mild = ("" if len(study) < 4 else "yes" if all(drops[m][0] > -MILD_DROP for m in study) else "no")
+        lines.append(f"| {d['lr'].iloc[0]:g} | " + " | ".join(cell(m) for m in REGIME_ROWS) + f" | {mild} |")
+    return lines
+
+
 def drift(root: str, out: str, against: str = None, **_) -> None:
     """Is a cell's drop from its method's own on-policy accuracy a function of the drift its
     batches carry, whatever N and the step size that made it? The leaderboard at one lr (root)
@@ -1114,7 +1144,8 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
             cell = lambda g: (f"{g['y'].mean():.1f} ({1e3 * g['drift'].mean():.3g})" if len(g) else "")
             lines.append(f"| {name(m)} | {d['lr'].iloc[0]:g} | "
                          + " | ".join(cell(own[own["N"] == n]) for n in delays) + " |")
-    lines += drift_lines(a, b, name) + drift_lines(b, a, name) + anchor_lines(runs[root] + runs[against], name)
+    lines += (regime_lines([data[root], data[against]], name) + drift_lines(a, b, name)
+              + drift_lines(b, a, name) + anchor_lines(runs[root] + runs[against], name))
     cols = min(5, len(order))
     rows = -(-len(order) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False, sharey=True)
