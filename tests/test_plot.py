@@ -317,3 +317,38 @@ def test_tables_name_their_machines_and_warn_when_processors_mix(tmp_path, capsy
         f"warning: this table mixes 2 processor kinds (AMD EPYC (avx2); {intel}): runs on different "
         "processors agree only within the seed spread"]
     assert f"plot.py: {out}: {notes[2]}" in capsys.readouterr().err
+
+
+def test_drift_table_regime_prediction_and_anchor(tmp_path):
+    """plot.py drift on two step sizes: the study's four and PPO against the sampler, N in
+    {0, 8, 32}, seeds 0 and 1 (final 0.5 + 0.1 seed at N = 0; at lr 2e-4 20 points lower at
+    every stale N, at lr 5e-5 2 lower). The regime at N = 8: a drop of 20 (2) with residual
+    variance 50 per N (each cell's two seeds at +-5, one degree of freedom per cell): SE
+    sqrt(50 / 2 + 50 / 2), 95% half-width t(0.975, 10) x 7.07 = 15.8; mild at 5e-5 only. PPO's
+    clip fraction (2% at lr 2e-4, 0.5% at 5e-5) brackets M2PO's 1.22%."""
+    hi, lo = tmp_path / "hi", tmp_path / "lo"
+    for root, lr, drop, clip in ((hi, 2e-4, 0.2, 0.02), (lo, 5e-5, 0.02, 0.005)):
+        for loss in ("grpo", "grpo_tis", "agro", "ggpo", "behavior"):
+            for delay in (0, 8, 32):
+                for seed in (0, 1):
+                    anchor = {"loss_args.grpo_anchor": "behavior"} if loss == "behavior" else {}
+                    _run(root, 0.5 + 0.1 * seed - (drop if delay else 0.0), "grpo" if loss == "behavior" else loss,
+                         delay, seed, name=f"{loss}_N{delay}_s{seed}", k3=1e-3 * (1 + delay) * lr / 2e-4,
+                         logged={"clip_frac": clip if delay else 0.0}, lr=lr, **anchor)
+    out = str(tmp_path / "drift.png")
+    plot.main(["drift", str(hi), "--against", str(lo), "--out", out])
+    table = _table(out)
+    # K3 x1e-3 of a run: k3 x mean update (5.5); final over seeds (50, 60) at N = 0
+    assert "| GRPO | 0.0002 | 55.0 (5.5) | 35.0 (49.5) | 35.0 (182) |" in table
+    half = 15.8
+    assert f"| 0.0002 | -20.0 ± {half} | -20.0 ± {half} | -20.0 ± {half} | -20.0 ± {half} | -20.0 ± {half} | no |" in table
+    assert f"| 5e-05 | -2.0 ± {half} | -2.0 ± {half} | -2.0 ± {half} | -2.0 ± {half} | -2.0 ± {half} | yes |" in table
+    # at lr 2e-4 the drop is 20 at every drift, so the fit predicts 20 where lr 5e-5 drops 2: each
+    # method's error 18 (z 1.6 alone), jointly refuted (sum z^2 12.3 on 5, p 0.031)
+    assert "**Fitted at lr 0.0002, predicting lr 5e-05** (`stats.drift_prediction`)" in table
+    assert "RMS of the cells' errors 18.00 points" in table and "sum z^2 = 12.3 on 5 methods, p = 0.031" in table
+    assert "**Fitted at lr 5e-05, predicting lr 0.0002** (`stats.drift_prediction`)" in table
+    assert "it lies between lr 5e-05, N = 8 (0.50%) and lr 0.0002, N = 8 (2.00%)" in table
+    assert os.path.getsize(out) > 10_000
+    with pytest.raises(ValueError, match="needs --against"):
+        plot.main(["drift", str(hi), "--out", out])
