@@ -348,7 +348,7 @@ def test_drift_table_regime_prediction_and_anchor(tmp_path):
     assert "**Fitted at lr 0.0002, predicting lr 5e-05** (`stats.drift_prediction`)" in table
     assert "RMS of the cells' errors 18.00 points" in table and "sum z^2 = 12.3 on 5 methods, p = 0.031" in table
     assert "**Fitted at lr 5e-05, predicting lr 0.0002** (`stats.drift_prediction`)" in table
-    assert "it lies between lr 5e-05, N = 8 (0.50%) and lr 0.0002, N = 8 (2.00%)" in table
+    assert "it lies between lr 5e-05, N = 32 (0.50%) and lr 0.0002, N = 8 (2.00%)" in table  # ties: larger N
     assert os.path.getsize(out) > 10_000
     with pytest.raises(ValueError, match="needs --against"):
         plot.main(["drift", str(hi), "--out", out])
