@@ -1132,7 +1132,7 @@ def flash_reinforce(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp
     sampler, and a sequence trust region on the mean binary KL of the sampled tokens' probabilities
     p = exp(b), q = exp(l), both clamped to [1e-6, 1 - 1e-6],
         d_{i,t} = p log(p / q) + (1 - p) log((1 - p) / (1 - q)),   keep_i = 1[mean_t d_{i,t} <= flash_delta],
-        a_i = r_i - mean_batch r,   w = rho keep_i,
+        a_i = r_i - mean_batch r,   w = exp(clamp(ell, -20, 20)) keep_i,
         loss = -(1/B) sum_i (a_i / |y_i|) sum_t w_{i,t} exp(l - sg(l)),   dL/dl_{i,t} = -a_i w_{i,t} / (B |y_i|),
     a sequence-mean written as a token-mean with the batch's n/B (``gspo_len_mean``; the mean reward
     ``flash_reward_mean`` is a batch statistic too). flash_delta 3e-3 (the reference function's
