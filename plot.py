@@ -718,6 +718,9 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     cells = {n: {d: {r["seed"]: r["final"] for r in groups.get((n, d), [])} for d in delays}
              for n in order}
     data = leaderboard_data([r for rs in groups.values() for r in rs])
+    if data.groupby(["method", "N"]).size().max() < 2:  # no replicate: the model has nothing to fit
+        cells_only(cells, order, delays, out, runs)
+        return
     result = stats.fit_leaderboard(data)
     score = result["score"]
     ranked = sorted(order, key=lambda n: (0, -score[n][0]) if n in score
@@ -765,6 +768,26 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
                                    f"per N ({seeds_note(runs)}); diagnostics over the last 10% of updates",
            lines, runs)
     k3_view(groups, order, os.path.splitext(out)[0] + "_k3.png")
+
+
+def cells_only(cells: dict, order: list, delays: list, out: str, runs: list) -> None:
+    """The leaderboard's cells while every cell has one run (the model needs a replicate): final
+    mean@k per method and N, and the figure of final accuracy against N."""
+    lines = ["| method | " + " | ".join(f"N={d}" for d in delays) + " |", "| --- |" + " --- |" * len(delays)]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name in order:
+        label, color, style = method_style(name, order)
+        lines.append(f"| {label} | " + " | ".join(fmt(list(cells[name][d].values())) if cells[name][d] else ""
+                                                  for d in delays) + " |")
+        xs = [i for i, d in enumerate(delays) if cells[name][d]]
+        ax.plot(xs, [100 * mean(list(cells[name][delays[i]].values())) for i in xs], style, marker="o",
+                color=color, label=label)
+    lines += ["", "One run per cell so far: the model (tiers, scores, intervals) needs a second seed in "
+              "some cell. Cells: final mean@k, %."]
+    ax.set_xticks(range(len(delays)), [str(d) for d in delays])
+    ax.set_xlabel("synchronization delay N")
+    ax.set_ylabel("final mean accuracy (%)")
+    finish(fig, [ax], out, f"Leaderboard cells, final mean accuracy (%) per N ({seeds_note(runs)})", lines, runs)
 
 
 def base_accuracy(runs: list) -> dict:

@@ -352,3 +352,17 @@ def test_drift_table_regime_prediction_and_anchor(tmp_path):
     assert os.path.getsize(out) > 10_000
     with pytest.raises(ValueError, match="needs --against"):
         plot.main(["drift", str(hi), "--out", out])
+
+
+def test_leaderboard_with_one_run_per_cell_shows_the_cells(tmp_path):
+    """A step size's first blocks (seed 0 only): no replicate for the model, so the table is the
+    cells alone and says why."""
+    runs = tmp_path / "runs"
+    for loss, final in (("grpo", 0.5), ("grpo_tis", 0.55)):
+        for delay in (0, 8):
+            _run(runs, final - 0.1 * (delay > 0), loss, delay, 0)
+    out = str(tmp_path / "lb.png")
+    plot.main(["leaderboard", str(runs), "--out", out])
+    table = _table(out)
+    assert "| GRPO+TIS | 55.0 | 45.0 |" in table and "| GRPO | 50.0 | 40.0 |" in table
+    assert "One run per cell so far" in table and os.path.getsize(out) > 10_000
