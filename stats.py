@@ -50,6 +50,11 @@ From the fit (cov: the parameters' covariance; t quantiles on the residual degre
   test, tau^2 = max(0, F - 1) s^2 / n0, the ANOVA moment estimate for unequal group sizes
   (n0 = (n - sum n_i^2 / n) / (L - 1), n_i runs at level i of L; s^2 the mean of sigma[N]^2):
   the variance of the levels' true shifts, in points^2.
+
+Also: fit_cells and holm_contrasts (the same model's cell means for a small design, and named
+contrasts of them with Holm's adjustment: the direction ablation), and drift_prediction (whether
+a method's drop from N = 0 depends on N and the step size only through the drift its batches
+carry, fitted at one step size and tested at another).
 """
 import math
 import warnings
