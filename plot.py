@@ -1078,7 +1078,10 @@ def drift_lines(fit_on: pd.DataFrame, test: pd.DataFrame, name) -> list:
 # statistic, the metric, the published value, what it measured)
 ANCHOR_DRIFT = [("grpo_behavior", "clip_frac", 0.0122,
                  "M2PO (arXiv 2510.01161, abstract): the share of tokens PPO's clip (0.2, against the "
-                 "sampler) cuts at staleness 256 (Qwen2.5 7B-32B, lr 1e-6), before M2PO's own mask")]
+                 "sampler) cuts at staleness 256 (Qwen2.5 7B-32B, lr 1e-6), before M2PO's own mask"),
+                ("m2po", "is_masked_frac", 0.0006,
+                 "M2PO (the same abstract): the share of tokens M2PO's own mask drops there (its "
+                 "project page says 0.006%)")]
 
 
 def anchor_lines(runs: list, name) -> list:

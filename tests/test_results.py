@@ -136,15 +136,23 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
 
 
 def test_the_anchor_reading_holds_in_the_generated_drift_table():
-    """docs/leaderboard.md places M2PO's published clip fraction (1.22% at staleness 256) below
-    the toy's N = 8 at lr 2e-4 and above its N = 8 at lr 5e-5: checked against the committed
+    """docs/leaderboard.md places M2PO's published shares at staleness 256 (PPO's clip cuts 1.22%
+    of tokens, M2PO's mask 0.06%) among the toy's cells: each above its N = 8 at lr 5e-5 and below
+    its N = 32 there, and the clip's below N = 8 at lr 2e-4. Checked against the committed
     figures/drift_toy.md, which `make tables` makes."""
     with open(os.path.join(ROOT, "figures", "drift_toy.md")) as f:
-        text = f.read()
-    placed = text[text.index("**An anchor placed**"):]
-    share = {(lr, int(n)): float(v) for lr, n, v in re.findall(r"\| ([\d.e-]+) \| (\d+) \| \d+ \| ([\d.]+) \|", placed)}
-    published = float(re.search(r": ([\d.]+)%\. Among", placed).group(1))
-    assert published == 1.22 and share[("5e-05", 8)] < published < share[("0.0002", 8)]
+        sections = f.read().split("**An anchor placed**")[1:]
+    assert len(sections) == 2
+    for section, published in zip(sections, (1.22, 0.06)):
+        share = {(lr, int(n)): float(v)
+                 for lr, n, v in re.findall(r"\| ([\d.e-]+) \| (\d+) \| \d+ \| ([\d.]+) \|", section)}
+        assert float(re.search(r": ([\d.]+)%\. Among", section).group(1)) == published
+        assert share[("5e-05", 8)] < published < share[("5e-05", 32)]
+    assert 1.22 < share_clip_2e4_n8(sections[0])
+
+
+def share_clip_2e4_n8(section):
+    return float(re.search(r"\| 0\.0002 \| 8 \| \d+ \| ([\d.]+) \|", section).group(1))
 
 
 def test_the_direction_differences_in_the_docs_are_the_generated_ones():
