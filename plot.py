@@ -1171,7 +1171,8 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
             lines.append(f"| {name(m)} | {d['lr'].iloc[0]:g} | "
                          + " | ".join(cell(own[own["N"] == n]) for n in delays) + " |")
     lines += (regime_lines([data[root], data[against]], name) + drift_lines(a, b, name)
-              + drift_lines(b, a, name) + anchor_lines(runs[root] + runs[against], name))
+              + drift_lines(b, a, name)
+              + anchor_lines([r for r in runs[root] + runs[against] if method(r) in shared], name))
     cols = min(5, len(order))
     rows = -(-len(order) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False, sharey=True)
