@@ -1061,11 +1061,11 @@ def drift_lines(fit_on: pd.DataFrame, test: pd.DataFrame, name) -> list:
                 f"(each of the {len(pred['cells'])} cells' drift lies outside the fitted runs' range: "
                 "every prediction is an extrapolation); ")
              + f"joint test sum z^2 = {pred['chi2']:.1f} on {pred['chi2_df']} methods, p = {pred['chi2_p']:.2g}.",
-             "", "| method | stale runs | error of the mean drop (points, ± 2 SE) | z | the hypothesis |",
-             "| --- | --- | --- | --- | --- |"]
+             "", "| method | stale runs | error of the mean drop (points, ± 2 SE) | z | Holm p | the hypothesis |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for m, v in sorted(pred["methods"].items(), key=lambda kv: -abs(kv[1]["z"])):
         lines.append(f"| {name(m)} | {v['runs']} | {v['error']:+.1f} ± {2 * v['se']:.1f} | {v['z']:+.1f} "
-                     f"| {'refuted' if v['refuted'] else 'holds'} |")
+                     f"| {v['p_holm']:.2g} | {'refuted' if v['refuted'] else 'holds'} |")
     lines += ["", "| method | N | runs | K3 x1e-3 | inside the fitted drift | drop from its N = 0, observed "
               "| predicted | error |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {name(c['method'])} | {c['N']} | {c['runs']} | {1e3 * c['drift']:.3g} "

@@ -337,7 +337,8 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     For each such method with N = 0 and stale runs in test_runs, its stale runs' mean prediction
     error, mean(y - ybar_0) - (a + b mean(x)) with ybar_0 the mean of its own N = 0 test runs,
     has variance s^2 / n + s^2 / n_0 + the fit's variance of a + b mean(x). Returns per method:
-    runs, error, its standard error, z and `refuted` (|z| > 2); `cells`, per method x N of the
+    runs, error, its standard error, z, its two-sided normal p, p_holm (Holm over the methods
+    tested) and `refuted` (p_holm < 0.05); `cells`, per method x N of the
     test runs: runs, mean drift, observed and predicted drop from N = 0 and their difference;
     and whether its mean drift lies inside the range of the method's fitted stale runs (`inside`:
     else the line is extrapolated); `rmse`, the root mean square of the cells' errors (`rmse_inside`:
@@ -375,7 +376,7 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
         error = float((stale["y"] - base["y"].mean()).mean()) - predicted
         se = math.sqrt(s2 / len(stale) + s2 / len(base) + float(c @ fit.cov_params() @ c))
         per[m] = {"runs": len(stale), "error": error, "se": se, "z": error / se,
-                  "refuted": abs(error / se) > 2}
+                  "p": float(2 * scipy.stats.norm.sf(abs(error / se)))}
         seen = train.loc[(train["method"] == m) & (train["N"] > 0), "x"]
         for N, g in stale.groupby("N"):
             observed = float((g["y"] - base["y"].mean()).mean())
@@ -383,6 +384,10 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
             cells.append({"method": m, "N": int(N), "runs": len(g), "drift": float(g["drift"].mean()),
                           "observed": observed, "predicted": want, "error": observed - want,
                           "inside": bool(seen.min() <= g["x"].mean() <= seen.max())})
+    if per:  # each method's test, Holm over the methods (family-wise 5%)
+        adjusted = multipletests([v["p"] for v in per.values()], alpha=ALPHA, method="holm")[1]
+        for v, p_holm in zip(per.values(), adjusted):
+            v.update(p_holm=float(p_holm), refuted=bool(p_holm < ALPHA))
     chi2 = float(sum(v["z"] ** 2 for v in per.values()))
     lines = {m: (float(fit.params[3 * k + 1]), float(fit.params[3 * k + 2])) for k, m in enumerate(methods)}
     return {"methods": per, "cells": cells, "seed_sd": math.sqrt(s2), "fit": fit, "lines": lines,
