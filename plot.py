@@ -1044,11 +1044,9 @@ def drift_data(runs: list) -> pd.DataFrame:
                           "y": 100 * final_mean(r), "drift": run_drift(r)} for r in runs])
 
 
-def drift_lines(fit_on: pd.DataFrame, test: pd.DataFrame, name) -> list:
-    """stats.drift_prediction fitted on one step size's runs, predicting the other's: per method
+def drift_lines(pred: dict, lr_fit: float, lr_test: float, name) -> list:
+    """stats.drift_prediction's result `pred`, fitted at lr_fit and predicting lr_test: per method
     and per cell, with the joint test."""
-    lr_fit, lr_test = (float(d["lr"].iloc[0]) for d in (fit_on, test))
-    pred = stats.drift_prediction(fit_on, test)
     head = f"**Fitted at lr {lr_fit:g}, predicting lr {lr_test:g}**"
     inside = sum(c["inside"] for c in pred["cells"])
     if not pred["methods"]:
@@ -1170,14 +1168,16 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
             cell = lambda g: (f"{g['y'].mean():.1f} ({1e3 * g['drift'].mean():.3g})" if len(g) else "")
             lines.append(f"| {name(m)} | {d['lr'].iloc[0]:g} | "
                          + " | ".join(cell(own[own["N"] == n]) for n in delays) + " |")
-    lines += (regime_lines([data[root], data[against]], name) + drift_lines(a, b, name)
-              + drift_lines(b, a, name)
+    lr_a, lr_b = float(a["lr"].iloc[0]), float(b["lr"].iloc[0])
+    a_to_b = stats.drift_prediction(a, b)
+    lines += (regime_lines([data[root], data[against]], name) + drift_lines(a_to_b, lr_a, lr_b, name)
+              + drift_lines(stats.drift_prediction(b, a), lr_b, lr_a, name)
               + anchor_lines([r for r in runs[root] + runs[against] if method(r) in shared], name))
     cols = min(5, len(order))
     rows = -(-len(order) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False, sharey=True)
     markers = {8: "o", 32: "s", 128: "^"}
-    fitted = stats.drift_prediction(a, a)["lines"]
+    fitted = a_to_b["lines"]  # the fit depends on root's runs alone
     stale = pd.concat([a, b]).query("N > 0")["drift"]  # the line spans the stale runs' drift
     xs = np.logspace(math.log10(stale.min()), math.log10(stale.max()), 50)
     for ax, m in zip(axes.flat, order):

@@ -364,6 +364,7 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
         (train["method"] == m) * train["stale"] * train["x"])])
     fit = sm.OLS(train["y"].to_numpy(float), design).fit()
     s2 = float(fit.scale)
+    lines = {m: (float(fit.params[3 * k + 1]), float(fit.params[3 * k + 2])) for k, m in enumerate(methods)}
     per, cells = {}, []
     for k, m in enumerate(methods):
         own = test[test["method"] == m]
@@ -372,7 +373,7 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
             continue
         c = np.zeros(design.shape[1])
         c[3 * k + 1], c[3 * k + 2] = 1.0, float(stale["x"].mean())
-        predicted = float(c @ fit.params)
+        predicted = lines[m][0] + lines[m][1] * c[3 * k + 2]
         error = float((stale["y"] - base["y"].mean()).mean()) - predicted
         se = math.sqrt(s2 / len(stale) + s2 / len(base) + float(c @ fit.cov_params() @ c))
         per[m] = {"runs": len(stale), "error": error, "se": se, "z": error / se,
@@ -380,7 +381,7 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
         seen = train.loc[(train["method"] == m) & (train["N"] > 0), "x"]
         for N, g in stale.groupby("N"):
             observed = float((g["y"] - base["y"].mean()).mean())
-            want = float(fit.params[3 * k + 1] + fit.params[3 * k + 2] * g["x"].mean())
+            want = lines[m][0] + lines[m][1] * float(g["x"].mean())
             cells.append({"method": m, "N": int(N), "runs": len(g), "drift": float(g["drift"].mean()),
                           "observed": observed, "predicted": want, "error": observed - want,
                           "inside": bool(seen.min() <= g["x"].mean() <= seen.max())})
@@ -389,7 +390,6 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
         for v, p_holm in zip(per.values(), adjusted):
             v.update(p_holm=float(p_holm), refuted=bool(p_holm < ALPHA))
     chi2 = float(sum(v["z"] ** 2 for v in per.values()))
-    lines = {m: (float(fit.params[3 * k + 1]), float(fit.params[3 * k + 2])) for k, m in enumerate(methods)}
     return {"methods": per, "cells": cells, "seed_sd": math.sqrt(s2), "fit": fit, "lines": lines,
             "rmse": rms([c["error"] for c in cells]), "rmse_inside": rms([c["error"] for c in cells if c["inside"]]),
             "chi2": chi2, "chi2_df": len(per),
