@@ -30,7 +30,9 @@ keeps its compact results there (keep_results: config, metrics, the final evalua
 per-problem records, run_info.json; ~45 kB), written when it finishes or, for a run finished
 before, when the sweep next starts; a run whose results are there is skipped even when its run
 folder is not, so results committed to the repository let a sweep on any checkout go on where
-another left off.
+another left off. Before a run is handed out its results are looked for again, so two sweep
+processes with the same `results:` (e.g. one per seed, each pinned to its own cores) do not
+run a run twice once the other has kept it.
 
 Here, runs go to --jobs worker processes (default 1; auto: plan_jobs). Each takes the next
 unfinished run of the grid from this process, runs it with train.train (its output to
@@ -484,7 +486,7 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
     name = lambda i: os.path.basename(todo[i][1])
     log_of = lambda i: os.path.join(todo[i][1], "train.log")
     waiting = collections.deque(range(len(todo)))
-    done, failed, stopped = [], {}, {}
+    done, failed, stopped, landed = [], {}, {}, []
     # where train.py resumes: the newest undamaged checkpoint, not the last logged row
     first_update = {i: checkpoint.resume_update(todo[i][1]) for i in range(len(todo))}
     started_at, t0 = {}, time.time()
@@ -497,14 +499,20 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
         hand_out(worker)
 
     def hand_out(worker: Worker) -> None:
-        if waiting and stop["signal"] is None:
+        while waiting and stop["signal"] is None:
             i = waiting.popleft()
+            dest = results_dir(sweep, todo[i][1])
+            if dest and finished(dest, todo[i][0]["updates"]):  # another sweep process kept it
+                landed.append(i)
+                say(f"skip {name(i)}: its results landed in {dest} after this sweep started")
+                continue
             try:
                 worker.give(i, sweep["config"], todo[i][2])
                 return
             except BrokenPipeError:  # it died meanwhile: its exit is handled with its pipe
                 waiting.appendleft(i)
                 worker.run = None
+                break
         worker.close()
 
     def on_signal(signum, frame) -> None:
@@ -593,6 +601,7 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
             signal.signal(sig, handler)
     not_run = [i for i in waiting if i not in failed]
     say(f"sweep: {len(done)} of {len(todo)} runs done in {time.time() - t0:.0f} s"
+        + (f", {len(landed)} kept meanwhile by another sweep" if landed else "")
         + (f", {len(failed)} failed" if failed else "") + (f", {len(stopped)} stopped" if stopped else "")
         + (f", {len(not_run)} not run" if not_run else ""))
     for i, why_failed in failed.items():

@@ -82,6 +82,31 @@ def test_a_sweep_skips_kept_results_and_keeps_those_of_finished_runs(tmp_path, m
     assert len(sweep.unfinished({k: v for k, v in spec.items() if k != "results"})) == 2
 
 
+def test_a_run_kept_by_another_sweep_after_this_one_started_is_not_run_again(tmp_path, monkeypatch,
+                                                                               capsys):
+    """Two sweep processes share a `results:` folder: the run this one listed as unfinished has
+    its results kept by the other before a worker takes it, so it is skipped, not run twice."""
+    monkeypatch.chdir(tmp_path)
+    spec = {"config": TOY, "out_root": "runs/lb", "results": "results/lb",
+            "grid": {"loss": ["grpo"], "delay": [0], "seed": [3]}, "overrides": {"updates": 4}}
+    path = tmp_path / "lb.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    listed = sweep.unfinished
+
+    def list_then_the_other_sweep_keeps_it(s):
+        todo = listed(s)
+        finished_run("other/grpo_N0_s3", seed=3)
+        sweep.keep_results("other/grpo_N0_s3", "results/lb/grpo_N0_s3")
+        return todo
+
+    monkeypatch.setattr(sweep, "unfinished", list_then_the_other_sweep_keeps_it)
+    sweep.main([str(path), "--jobs", "1", "--cores-per-job", "1"])  # no SystemExit: nothing failed
+    err = capsys.readouterr().err
+    assert "1 to run" in err and "skip grpo_N0_s3: its results landed in results/lb/grpo_N0_s3" in err
+    assert "0 of 1 runs done" in err and "1 kept meanwhile by another sweep" in err
+    assert not os.path.exists("runs/lb/grpo_N0_s3")  # no worker started it
+
+
 def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
     """Every table `make tables` writes (the Makefile's lines) is remade from the committed
     results/ into a temporary folder and equals the committed one, byte for byte (the .md; the
