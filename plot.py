@@ -1108,6 +1108,62 @@ def anchor_lines(runs: list, name) -> list:
     return lines
 
 
+def standing(result: dict, m: str) -> tuple:
+    """A scored method's place in one leaderboard model: (in the top tier, i.e. shares a letter
+    with the best-scoring method; above / below / level with GRPO+TIS at the family-wise level)."""
+    best = max(result["score"], key=lambda x: result["score"][x][0])
+    top = bool(set(result["tiers"].get(m, "")) & set(result["tiers"][best]))
+    d = result["vs"].get("grpo_tis", {}).get(m)
+    vs = "" if d is None else "level" if d[2] >= stats.ALPHA else "above" if d[0] > 0 else "below"
+    return top, vs
+
+
+def tier_lines(runs: dict, order: list, name) -> list:
+    """Does a row's tier belong to the method or to the step size? Each step size's leaderboard
+    model (stats.fit_leaderboard) fitted to the runs of the rows both step sizes ran (`order`),
+    so that both tiers are drawn among the same rows: per row and lr the tier letters, the rank
+    interval, the staleness score and the difference to GRPO+TIS (simultaneous 95%); a row
+    changes when its top-tier membership or its standing against GRPO+TIS differs."""
+    results = {}
+    for folder, rs in runs.items():
+        data = leaderboard_data([r for r in rs if method(r) in order])
+        lr = rs[0]["cfg"]["lr"]
+        if len(data) and data.groupby(["method", "N"]).size().max() >= 2:
+            results[lr] = stats.fit_leaderboard(data)
+    scored = [m for m in order if all(m in res["score"] for res in results.values())]
+    head = ("**Tiers at both step sizes** (each step size's leaderboard model fitted to the runs of "
+            "the rows both ran, so both tiers are drawn among the same rows; top: shares a letter "
+            "with the best row; vs GRPO+TIS: simultaneous 95% over that model's reference family)")
+    if len(results) < 2 or not scored:
+        return ["", head + ": not yet, a step size has no row with replicated runs at every "
+                f"scored N ({', '.join(map(str, stats.STALE_DELAYS))})."]
+    lrs = list(results)
+    lines = ["", head + ":", "", "| method | " + " | ".join(
+        f"lr {lr:g}: tier | rank | score | vs GRPO+TIS" for lr in lrs) + " | changes |",
+        "| --- |" + " --- | --- | --- | --- |" * len(lrs) + " --- |"]
+    changed = []
+    for m in sorted(scored, key=lambda x: -results[lrs[0]]["score"][x][0]):
+        cells, places = [], []
+        for lr in lrs:
+            res = results[lr]
+            rank, (sc, half) = res["rank"][m], res["score"][m]
+            d = res["vs"].get("grpo_tis", {}).get(m)
+            places.append(standing(res, m))
+            cells.append(f"{res['tiers'][m]} | {rank[0]}-{rank[1]} | {sc:.1f} ± {half:.1f} | "
+                         + (f"{d[0]:+.1f} ± {d[1]:.1f} ({places[-1][1]})" if d else ""))
+        what = []
+        if places[0][0] != places[1][0]:
+            what.append("joins the top tier" if places[1][0] else "leaves the top tier")
+        if places[0][1] != places[1][1] and "" not in (places[0][1], places[1][1]):
+            what.append(f"{places[0][1]} -> {places[1][1]} GRPO+TIS")
+        if what:
+            changed.append(f"{name(m)} ({', '.join(what)})")
+        lines.append(f"| {name(m)} | " + " | ".join(cells) + f" | {'; '.join(what)} |")
+    lines += ["", f"Going from lr {lrs[0]:g} to lr {lrs[1]:g}, of the {len(scored)} rows scored at both: "
+              + (f"{len(changed)} change: " + "; ".join(changed) + "." if changed else "none changes.")]
+    return lines
+
+
 REGIME_ROWS = ("grpo", "grpo_tis", "agro", "ggpo", "grpo_behavior")  # the study's four, PPO vs sampler
 MILD_DROP = 5.0  # points: "near its on-policy accuracy" at N = 8 (about one seed SD of a cell there)
 
@@ -1116,10 +1172,11 @@ def regime_lines(frames: list, name) -> list:
     """The regime at N = 8 per step size: for the study's four and PPO against the sampler, the
     final accuracy at N = 8 minus N = 0 from the cell-means model of that step size's runs
     (stats.fit_cells), 95% t; mild where every one of the study's four loses less than MILD_DROP."""
+    shown = [m for m in REGIME_ROWS if any((d["method"] == m).any() for d in frames)]
     lines = ["", f"**The regime at N = 8** (final accuracy at N = 8 minus N = 0, points, the cell-means "
              f"model of each step size's runs, 95% t; mild: each of the study's four loses less than "
-             f"{MILD_DROP:g}):", "", "| lr | " + " | ".join(name(m) for m in REGIME_ROWS) + " | mild |",
-             "| --- |" + " --- |" * (len(REGIME_ROWS) + 1)]
+             f"{MILD_DROP:g}):", "", "| lr | " + " | ".join(name(m) for m in shown) + " | mild |",
+             "| --- |" + " --- |" * (len(shown) + 1)]
     for d in frames:
         own = d[d["method"].isin(REGIME_ROWS) & d["N"].isin([0, 8])].assign(path="one")
         have = [m for m in REGIME_ROWS if {0, 8} <= set(own.loc[own["method"] == m, "N"])]
@@ -1134,7 +1191,7 @@ def regime_lines(frames: list, name) -> list:
             cell = lambda m: f"{drops[m][0]:+.1f} (one seed)" if m in drops else ""
         study = [m for m in REGIME_ROWS[:4] if m in drops]
         mild = ("" if len(study) < 4 else "yes" if all(drops[m][0] > -MILD_DROP for m in study) else "no")
-        lines.append(f"| {d['lr'].iloc[0]:g} | " + " | ".join(cell(m) for m in REGIME_ROWS) + f" | {mild} |")
+        lines.append(f"| {d['lr'].iloc[0]:g} | " + " | ".join(cell(m) for m in shown) + f" | {mild} |")
     return lines
 
 
@@ -1142,8 +1199,9 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
     """Is a cell's drop from its method's own on-policy accuracy a function of the drift its
     batches carry, whatever N and the step size that made it? The leaderboard at one lr (root)
     and at another (`against`), the methods both have. Table: per method, lr and N, the final
-    accuracy (mean over seeds) and the mean K3 the batches carried; then stats.drift_prediction
-    fitted at each lr, predicting the other's cells (out of sample). Figure: one panel per
+    accuracy (mean over seeds) and the mean K3 the batches carried; then both step sizes' tiers
+    side by side (tier_lines), the regime at N = 8 (regime_lines), stats.drift_prediction
+    fitted at each lr, predicting the other's cells (out of sample), and the anchors placed. Figure: one panel per
     method, each stale run's drop from its lr's mean N = 0 accuracy against its K3 (log), one
     color per lr, one marker per N, the line fitted at root's lr."""
     if not against:
@@ -1170,7 +1228,8 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
                          + " | ".join(cell(own[own["N"] == n]) for n in delays) + " |")
     lr_a, lr_b = float(a["lr"].iloc[0]), float(b["lr"].iloc[0])
     a_to_b = stats.drift_prediction(a, b)
-    lines += (regime_lines([data[root], data[against]], name) + drift_lines(a_to_b, lr_a, lr_b, name)
+    lines += (tier_lines(runs, order, name) + regime_lines([data[root], data[against]], name)
+              + drift_lines(a_to_b, lr_a, lr_b, name)
               + drift_lines(stats.drift_prediction(b, a), lr_b, lr_a, name)
               + anchor_lines([r for r in runs[root] + runs[against] if method(r) in shared], name))
     cols = min(5, len(order))

@@ -354,6 +354,31 @@ def test_drift_table_regime_prediction_and_anchor(tmp_path):
         plot.main(["drift", str(hi), "--out", out])
 
 
+def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path):
+    """Three rows, N in {0, 8, 32, 128}, seeds 0 and 1 at +-1 point. At lr 2e-4 TOPR ends at 60,
+    GRPO+TIS at 30 and GRPO at 10 at every N (three tiers, TOPR above GRPO+TIS and GRPO below);
+    at lr 5e-5 all three end at 60: one tier, all level. Each row's change is named."""
+    hi, lo = tmp_path / "hi", tmp_path / "lo"
+    for root, lr, finals in ((hi, 2e-4, {"topr": 0.6, "grpo_tis": 0.3, "grpo": 0.1}),
+                             (lo, 5e-5, {"topr": 0.6, "grpo_tis": 0.6, "grpo": 0.6})):
+        for loss, final in finals.items():
+            for delay in (0, 8, 32, 128):
+                for seed in (0, 1):
+                    _run(root, final + (0.01 if seed else -0.01), loss, delay, seed, lr=lr)
+    out = str(tmp_path / "drift.png")
+    plot.main(["drift", str(hi), "--against", str(lo), "--out", out])
+    table = _table(out)
+    assert "**Tiers at both step sizes**" in table
+    # scores 60 / 30 / 10 at lr 2e-4 (each row's own tier), 60 for all at 5e-5 (one tier). Each
+    # cell's two runs at +-1: variance 2 on 1 df, 12 df per model; a score's SE sqrt(3 x 1 / 9),
+    # 95% half-width t(0.975, 12) x 0.577 = 1.26; a difference's SE 0.816 (simultaneous: wider)
+    assert "| TOPR | a | 1-1 | 60.0 ± 1.3 | +30.0 ± 2.2 (above) | a | 1-3 | 60.0 ± 1.3 | +0.0 ± 2.2 (level) |" in table
+    assert "| GRPO+TIS | b | 2-2 | 30.0 ± 1.3 |  | a | 1-3 | 60.0 ± 1.3 |  | joins the top tier |" in table
+    assert "| GRPO | c | 3-3 | 10.0 ± 1.3 | -20.0 ± 2.2 (below) | a | 1-3 | 60.0 ± 1.3 |" in table
+    assert ("of the 3 rows scored at both: 3 change: TOPR (above -> level GRPO+TIS); GRPO+TIS (joins "
+            "the top tier); GRPO (joins the top tier, below -> level GRPO+TIS).") in table
+
+
 def test_leaderboard_with_one_run_per_cell_shows_the_cells(tmp_path):
     """A step size's first blocks (seed 0 only): no replicate for the model, so the table is the
     cells alone and says why."""
