@@ -94,11 +94,13 @@ leaderboard-seeds: .venv/ready
 # top tier, the anchors' methods and two rows that collapse at 2e-4, N in {0, 8, 32, 128}, seeds
 # 0-2, kept in results/leaderboard_toy_lr5e-5 (skipped once there: it grows across machines), then
 # the newest corrections at that step; then a third (lr 1.25e-5) for the study's four and PPO
-# against the sampler.
+# against the sampler; then the second step's rows at lr 2e-4 and N = 2, where the drift its
+# batches carry overlaps lr 5e-5's (the drift hypothesis's test inside the fitted range).
 leaderboard-lr: .venv/ready
 	$(PY) sweep.py configs/sweep_leaderboard_lr5e-5_toy.yaml --jobs auto
 	$(PY) sweep.py configs/sweep_leaderboard_lr5e-5_newest_toy.yaml --jobs auto
 	$(PY) sweep.py configs/sweep_leaderboard_lr1.25e-5_toy.yaml --jobs auto
+	$(PY) sweep.py configs/sweep_drift_n2_toy.yaml --jobs auto
 	$(MAKE) tables
 
 # The direction ablation: token MIS, band wide/narrow x masking both sides/the harmful side only.
@@ -123,7 +125,7 @@ processors: .venv/ready
 tables: .venv/ready
 	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v3_toy.png
 	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py leaderboard results/leaderboard_toy_lr5e-5 --out figures/leaderboard_lr5e-5_toy.png
-	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr5e-5 --out figures/drift_toy.png
+	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py drift results/leaderboard_toy$$(test ! -d results/drift_toy_n2 || echo ,results/drift_toy_n2) --against results/leaderboard_toy_lr5e-5 --out figures/drift_toy.png
 	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) plot.py leaderboard results/leaderboard_toy_lr1.25e-5 --out figures/leaderboard_lr1.25e-5_toy.png
 	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr1.25e-5 --out figures/drift_lr1.25e-5_toy.png
 	test ! -d results/direction_toy || $(PY) plot.py direction results/direction_toy --out figures/direction_toy.png

@@ -1125,8 +1125,9 @@ def tier_lines(runs: dict, order: list, name) -> list:
     interval, the staleness score and the difference to GRPO+TIS (simultaneous 95%); a row
     changes when its top-tier membership or its standing against GRPO+TIS differs."""
     results = {}
-    for folder, rs in runs.items():
-        data = leaderboard_data([r for r in rs if method(r) in order])
+    for folder, rs in runs.items():  # the N of each step size's leaderboard: its score's and N = 0
+        data = leaderboard_data([r for r in rs if method(r) in order
+                                 and r["delay"] in (0, *stats.STALE_DELAYS)])
         lr = rs[0]["cfg"]["lr"]
         if len(data) and data.groupby(["method", "N"]).size().max() >= 2:
             results[lr] = stats.fit_leaderboard(data)
@@ -1203,10 +1204,12 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
     side by side (tier_lines), the regime at N = 8 (regime_lines), stats.drift_prediction
     fitted at each lr, predicting the other's cells (out of sample), and the anchors placed. Figure: one panel per
     method, each stale run's drop from its lr's mean N = 0 accuracy against its K3 (log), one
-    color per lr, one marker per N, the line fitted at root's lr."""
+    color per lr, one marker per N, the line fitted at root's lr. root and `against` may each be
+    several folders, comma-separated (one step size's runs kept in more than one folder)."""
     if not against:
         raise ValueError("plot.py drift needs --against: the folder of the runs at the other step size")
-    runs = {folder: load_runs(folder) for folder in (root, against)}
+    # a side may be several folders, comma-separated: runs at one step size kept apart
+    runs = {side: [r for folder in side.split(",") for r in load_runs(folder)] for side in (root, against)}
     data = {folder: drift_data(rs) for folder, rs in runs.items()}
     for folder, d in data.items():
         if d["lr"].nunique() != 1:
@@ -1235,7 +1238,7 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
     cols = min(5, len(order))
     rows = -(-len(order) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False, sharey=True)
-    markers = {8: "o", 32: "s", 128: "^"}
+    markers = {2: "v", 8: "o", 32: "s", 128: "^"}
     fitted = a_to_b["lines"]  # the fit depends on root's runs alone
     stale = pd.concat([a, b]).query("N > 0")["drift"]  # the line spans the stale runs' drift
     xs = np.logspace(math.log10(stale.min()), math.log10(stale.max()), 50)

@@ -357,17 +357,23 @@ def test_drift_table_regime_prediction_and_anchor(tmp_path):
 def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path):
     """Three rows, N in {0, 8, 32, 128}, seeds 0 and 1 at +-1 point. At lr 2e-4 TOPR ends at 60,
     GRPO+TIS at 30 and GRPO at 10 at every N (three tiers, TOPR above GRPO+TIS and GRPO below);
-    at lr 5e-5 all three end at 60: one tier, all level. Each row's change is named."""
-    hi, lo = tmp_path / "hi", tmp_path / "lo"
-    for root, lr, finals in ((hi, 2e-4, {"topr": 0.6, "grpo_tis": 0.3, "grpo": 0.1}),
-                             (lo, 5e-5, {"topr": 0.6, "grpo_tis": 0.6, "grpo": 0.6})):
+    at lr 5e-5 all three end at 60: one tier, all level. Each row's change is named. lr 2e-4 also
+    has N = 2 runs in a folder of their own (at 0 %: they would move the tiers if counted): the
+    drift table pools them as one step size's, the tiers leave them out."""
+    hi, hi_n2, lo = tmp_path / "hi", tmp_path / "hi_n2", tmp_path / "lo"
+    for root, lr, finals, delays in (
+            (hi, 2e-4, {"topr": 0.6, "grpo_tis": 0.3, "grpo": 0.1}, (0, 8, 32, 128)),
+            (hi_n2, 2e-4, {"topr": 0.0, "grpo_tis": 0.0, "grpo": 0.0}, (2,)),
+            (lo, 5e-5, {"topr": 0.6, "grpo_tis": 0.6, "grpo": 0.6}, (0, 8, 32, 128))):
         for loss, final in finals.items():
-            for delay in (0, 8, 32, 128):
+            for delay in delays:
                 for seed in (0, 1):
                     _run(root, final + (0.01 if seed else -0.01), loss, delay, seed, lr=lr)
     out = str(tmp_path / "drift.png")
-    plot.main(["drift", str(hi), "--against", str(lo), "--out", out])
+    plot.main(["drift", f"{hi},{hi_n2}", "--against", str(lo), "--out", out])
     table = _table(out)
+    assert "| N=0: final % (K3 x1e-3) | N=2: final % (K3 x1e-3) | N=8:" in table
+    assert "| TOPR | 0.0002 | 60.0 (5.5) | 0.0 (5.5) | 60.0 (5.5) |" in table  # k3 1e-3 x mean update 5.5
     assert "**Tiers at both step sizes**" in table
     # scores 60 / 30 / 10 at lr 2e-4 (each row's own tier), 60 for all at 5e-5 (one tier). Each
     # cell's two runs at +-1: variance 2 on 1 df, 12 df per model; a score's SE sqrt(3 x 1 / 9),
