@@ -116,6 +116,8 @@ def validate(cfg: dict) -> None:
         (cfg["cpu_matmul"] in ("auto", "onednn", "torch"),
          f"cpu_matmul must be auto, onednn or torch, got {cfg['cpu_matmul']!r}"),
         (cfg["logits_chunk_mib"] >= 0, "logits_chunk_mib must be >= 0 (0: no chunks)"),
+        (isinstance(cfg["engine_mismatch_every"], int) and cfg["engine_mismatch_every"] >= 0,
+         f"engine_mismatch_every must be an integer >= 0 (0: never), got {cfg['engine_mismatch_every']!r}"),
         (cfg["behavior_logp"] in ("engine", "learner"),
          f"behavior_logp must be engine or learner, got {cfg['behavior_logp']!r}"),
         (cfg["loss"] not in losses.LOSSES or not losses.objective(cfg["loss"]).reads_old_logp
@@ -160,7 +162,7 @@ def validate(cfg: dict) -> None:
 
 
 # Keys that may change when a run is resumed: they do not change what the run computes
-# (micro_batch_size, logits_chunk_mib, gradient_checkpointing, cpu_matmul and the engine's memory
+# (engine_mismatch_every: a diagnostic only; micro_batch_size, logits_chunk_mib, gradient_checkpointing, cpu_matmul and the engine's memory
 # share and CUDA graphs only up to float rounding; they are here so that a run that ran out of
 # memory can continue with smaller pieces, and one made on a CPU can continue on another; out_dir,
 # so that a run folder can be moved or renamed and resumed there).
@@ -168,7 +170,7 @@ def validate(cfg: dict) -> None:
 RESUMABLE_CHANGES = ("out_dir", "updates", "resume", "ckpt_every", "keep_checkpoints",
                      "max_consecutive_skips", "build_toy_model", "vllm.gpu_memory_utilization",
                      "vllm.enforce_eager", "micro_batch_size", "logits_chunk_mib",
-                     "gradient_checkpointing", "cpu_matmul", "log_to", "wandb")
+                     "gradient_checkpointing", "cpu_matmul", "log_to", "wandb", "engine_mismatch_every")
 
 
 def config_differences(old: dict, new: dict) -> list:

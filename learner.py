@@ -468,6 +468,15 @@ def fresh_behavior(cfg: dict, model, batch, pad_id: int) -> dict:
     return metrics
 
 
+def needs_fresh_behavior(cfg: dict, batch_index: int) -> bool:
+    """Whether sampled batch `batch_index` (N > 0) takes fresh_behavior's learner pass: always when
+    the learner's view replaces the engine's log-probs or the objective reads it (old_logp);
+    otherwise only for the engine_mismatch diagnostic, every engine_mismatch_every-th batch."""
+    every = cfg["engine_mismatch_every"]
+    return (cfg["behavior_logp"] == "learner" or losses.objective(cfg["loss"]).reads_old_logp
+            or (every > 0 and batch_index % every == 0))
+
+
 def adopt_learner_view(cfg: dict, rollouts: list, learner_logp: list) -> None:
     """behavior_logp=learner: the rollouts' behavior log-probs become `learner_logp`, their
     tokens' log-probs under the learner holding the weights that sampled them. An objective

@@ -279,7 +279,7 @@ def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int,
     trained next, with these weights, and learn(on_policy=True) takes the learner's view of it."""
     with checkpoint.stop_on_oom(cfg, "generation"):
         batch, times = rollout.sample_batch(cfg, sampler, state.next_batch)
-    if not on_policy:
+    if not on_policy and learner.needs_fresh_behavior(cfg, state.next_batch):
         with learner.timed(times, "time/behavior", next(model.parameters()).device), \
                 checkpoint.stop_on_oom(cfg, "the behavior pass"):
             times.update(learner.fresh_behavior(cfg, model, batch, pad_id))

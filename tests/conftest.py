@@ -57,7 +57,8 @@ def toy_config(tmp_path, **overrides):
     import config
     cfg = config.load_config(os.path.join(ROOT, "configs", "toy.yaml"))
     cfg.update(out_dir=str(tmp_path), model=TOY_MODEL, updates=4, prompts_per_update=4,
-               group_size=4, micro_batch_size=8, eval_every=0)
+               group_size=4, micro_batch_size=8, eval_every=0,
+               engine_mismatch_every=1)  # the default's behavior pass on every batch at N > 0
     cfg.update(overrides)
     config.validate(cfg)
     return cfg

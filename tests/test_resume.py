@@ -59,7 +59,7 @@ def wait_for(predicate, proc, timeout=240):
 # ----------------------------------------------------------------------------- exact resume
 
 TINY = dict(updates=10, delay=2, prompts_per_update=2, group_size=4, micro_batch_size=8,
-            eval_every=4, eval_toy_size=8, eval_n=2, ckpt_every=2, lr=1e-3)
+            eval_every=4, eval_toy_size=8, eval_n=2, ckpt_every=2, lr=1e-3, engine_mismatch_every=1)
 
 
 # train.py in a process where vLLM does not import: sys.modules["vllm"] = None before it runs

@@ -280,6 +280,30 @@ def test_behavior_logp_sources_and_the_engine_mismatch(tmp_path, sampler):
     assert all(r["engine_k3"] > 1e-6 and r["k3"] == 0 for r in ours)
 
 
+def test_engine_mismatch_every_k_batches_leaves_training_as_it_was(tmp_path, sampler):
+    """N = 2, 8 updates: at update t the loop samples batch N + t - 1 (batches 0 and 1 fill the
+    queue first; none after the last that an update trains on). engine_mismatch_every=3 takes the
+    learner pass, and logs engine_k3, on batches 3 and 6 only (updates 2 and 5); every logged
+    number but engine_* and the timings is the same as with the pass on every batch."""
+    base = dict(delay=2, updates=8, lr=1e-3)
+    every = train.train(toy_config(tmp_path / "every", engine_mismatch_every=1, **base), sampler)
+    third = train.train(toy_config(tmp_path / "third", engine_mismatch_every=3, **base), sampler)
+    assert [r["update"] for r in every if "engine_k3" in r] == [1, 2, 3, 4, 5, 6]
+    assert [r["update"] for r in third if "engine_k3" in r] == [2, 5]
+    assert [r["update"] for r in third if "time/behavior" in r] == [2, 5]
+    same = lambda r: json.dumps({k: v for k, v in r.items() if not k.startswith(("time/", "engine_"))},
+                                sort_keys=True)  # NaN (a metric with no tokens) equals itself here
+    assert [same(a) for a in every] == [same(b) for b in third]
+    # behavior_logp=learner and an objective that reads old_logp need the pass on every batch
+    for over in ({"behavior_logp": "learner"}, {"loss": "icepop"}):
+        cfg = toy_config(tmp_path, engine_mismatch_every=0, **base, **over)
+        assert all(learner.needs_fresh_behavior(cfg, i) for i in range(8))
+    cfg = toy_config(tmp_path, engine_mismatch_every=0, **base)
+    assert not any(learner.needs_fresh_behavior(cfg, i) for i in range(8))
+    with pytest.raises(ValueError, match="engine_mismatch_every must be an integer >= 0"):
+        config.load_config(None, ["engine_mismatch_every=-1"])
+
+
 def test_stop_strings_cut_the_text_before_grading(tmp_path, sampler, toy_model):
     """A stop string ends the text that is graded (a base model's invented next problem would be
     cut the same way); the tokens and log-probs keep what was sampled."""
