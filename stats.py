@@ -344,7 +344,9 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     else the line is extrapolated); `rmse`, the root mean square of the cells' errors (`rmse_inside`:
     of the cells inside); `seed_sd` = s, the noise the errors are
     judged against; `lines`, per method fitted, (a, b); `chi2`, `chi2_df`, `chi2_p`: sum of the methods' z^2 against chi-square with
-    one degree of freedom per method (the joint test of the hypothesis)."""
+    one degree of freedom per method (the joint test of the hypothesis). `inside`: the same
+    per-method tests and joint test on the stale runs of the cells inside the fitted range only
+    (no extrapolation of the line), for the methods that have such cells."""
     rms = lambda errors: float(np.sqrt(np.mean(np.square(errors)))) if errors else math.nan
 
     def prepared(frame):
@@ -357,40 +359,52 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
                      if (g["N"] == 0).any() and g.loc[g["N"] > 0, "N"].nunique() >= 2)
     train = train[train["method"].isin(methods)]
     if not methods:
-        return {"methods": {}, "cells": [], "seed_sd": math.nan, "fit": None, "lines": {},
-                "rmse": math.nan, "rmse_inside": math.nan, "chi2": math.nan, "chi2_df": 0, "chi2_p": math.nan}
+        nothing = {"methods": {}, "chi2": math.nan, "chi2_df": 0, "chi2_p": math.nan}
+        return {**nothing, "inside": nothing, "cells": [], "seed_sd": math.nan, "fit": None,
+                "lines": {}, "rmse": math.nan, "rmse_inside": math.nan}
     design = np.column_stack([col for m in methods for col in (
         (train["method"] == m).to_numpy(float), (train["method"] == m) * train["stale"],
         (train["method"] == m) * train["stale"] * train["x"])])
     fit = sm.OLS(train["y"].to_numpy(float), design).fit()
     s2 = float(fit.scale)
     lines = {m: (float(fit.params[3 * k + 1]), float(fit.params[3 * k + 2])) for k, m in enumerate(methods)}
-    per, cells = {}, []
-    for k, m in enumerate(methods):
-        own = test[test["method"] == m]
-        base, stale = own[own["N"] == 0], own[own["N"] > 0]
-        if base.empty or stale.empty:
-            continue
+    def judged(k: int, m: str, stale: pd.DataFrame, base: pd.DataFrame) -> dict:
         c = np.zeros(design.shape[1])
         c[3 * k + 1], c[3 * k + 2] = 1.0, float(stale["x"].mean())
         predicted = lines[m][0] + lines[m][1] * c[3 * k + 2]
         error = float((stale["y"] - base["y"].mean()).mean()) - predicted
         se = math.sqrt(s2 / len(stale) + s2 / len(base) + float(c @ fit.cov_params() @ c))
-        per[m] = {"runs": len(stale), "error": error, "se": se, "z": error / se,
-                  "p": float(2 * scipy.stats.norm.sf(abs(error / se)))}
+        return {"runs": len(stale), "error": error, "se": se, "z": error / se,
+                "p": float(2 * scipy.stats.norm.sf(abs(error / se)))}
+
+    def family(per: dict) -> dict:  # each method's test, Holm over the methods (family-wise 5%)
+        if per:
+            adjusted = multipletests([v["p"] for v in per.values()], alpha=ALPHA, method="holm")[1]
+            for v, p_holm in zip(per.values(), adjusted):
+                v.update(p_holm=float(p_holm), refuted=bool(p_holm < ALPHA))
+        chi2 = float(sum(v["z"] ** 2 for v in per.values()))
+        return {"methods": per, "chi2": chi2, "chi2_df": len(per),
+                "chi2_p": float(scipy.stats.chi2.sf(chi2, len(per))) if per else math.nan}
+
+    per, per_inside, cells = {}, {}, []
+    for k, m in enumerate(methods):
+        own = test[test["method"] == m]
+        base, stale = own[own["N"] == 0], own[own["N"] > 0]
+        if base.empty or stale.empty:
+            continue
+        per[m] = judged(k, m, stale, base)
         seen = train.loc[(train["method"] == m) & (train["N"] > 0), "x"]
+        inside_n = []
         for N, g in stale.groupby("N"):
             observed = float((g["y"] - base["y"].mean()).mean())
             want = lines[m][0] + lines[m][1] * float(g["x"].mean())
+            inside = bool(seen.min() <= g["x"].mean() <= seen.max())
+            inside_n += [N] if inside else []
             cells.append({"method": m, "N": int(N), "runs": len(g), "drift": float(g["drift"].mean()),
                           "observed": observed, "predicted": want, "error": observed - want,
-                          "inside": bool(seen.min() <= g["x"].mean() <= seen.max())})
-    if per:  # each method's test, Holm over the methods (family-wise 5%)
-        adjusted = multipletests([v["p"] for v in per.values()], alpha=ALPHA, method="holm")[1]
-        for v, p_holm in zip(per.values(), adjusted):
-            v.update(p_holm=float(p_holm), refuted=bool(p_holm < ALPHA))
-    chi2 = float(sum(v["z"] ** 2 for v in per.values()))
-    return {"methods": per, "cells": cells, "seed_sd": math.sqrt(s2), "fit": fit, "lines": lines,
-            "rmse": rms([c["error"] for c in cells]), "rmse_inside": rms([c["error"] for c in cells if c["inside"]]),
-            "chi2": chi2, "chi2_df": len(per),
-            "chi2_p": float(scipy.stats.chi2.sf(chi2, len(per))) if per else math.nan}
+                          "inside": inside})
+        if inside_n:
+            per_inside[m] = judged(k, m, stale[stale["N"].isin(inside_n)], base)
+    return {**family(per), "inside": family(per_inside), "cells": cells, "seed_sd": math.sqrt(s2),
+            "fit": fit, "lines": lines, "rmse": rms([c["error"] for c in cells]),
+            "rmse_inside": rms([c["error"] for c in cells if c["inside"]])}

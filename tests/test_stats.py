@@ -123,9 +123,16 @@ def test_drift_prediction_holds_out_of_sample_and_refutes_a_step_size_effect():
     # the fit saw drift 8^1.2 1e-4 .. 128^1.2 1e-4: the test's N = 128 lies inside, N = 8 and 32 below
     assert [c["inside"] for c in same["cells"]] == [False, False, True] * 2
     assert cell["drift"] == pytest.approx(0.1 * 8 ** 1.2 * 1e-4)
+    # the test on the inside cells alone: each method's N = 128 runs (5), the same family of two
+    inside = same["inside"]
+    assert {m: v["runs"] for m, v in inside["methods"].items()} == {"m1": 5, "m2": 5}
+    assert inside["chi2_df"] == 2 and not any(v["refuted"] for v in inside["methods"].values())
     assert cell["predicted"] == pytest.approx(-5.0 - 10.0 * math.log10(cell["drift"]), abs=3.0)
     shifted = stats.drift_prediction(fit_on, drift_runs(6.0, 0.1, seed=1))  # the lr matters beyond drift
     assert all(m["refuted"] and abs(m["error"] - 6.0) < 3 * m["se"] for m in shifted["methods"].values())
     assert shifted["rmse"] > 4 * shifted["seed_sd"] and shifted["chi2_p"] < 1e-6
+    assert all(v["refuted"] for v in shifted["inside"]["methods"].values()) and shifted["inside"]["chi2_p"] < 1e-6
+    assert stats.drift_prediction(fit_on, drift_runs(0.0, 1e-3, seed=1))["inside"] == {  # all below
+        "methods": {}, "chi2": 0.0, "chi2_df": 0, "chi2_p": pytest.approx(math.nan, nan_ok=True)}
     one_n = fit_on[fit_on["method"].eq("m1") | fit_on["N"].isin([0, 8])]  # m2 has one stale N
     assert set(stats.drift_prediction(one_n, drift_runs(0.0, 0.1, seed=1))["methods"]) == {"m1"}
