@@ -136,6 +136,8 @@ def validate(cfg: dict) -> None:
         (cfg["temperature"] > 0, "temperature must be > 0 (behavior log-probs need a sampling "
                                  "distribution; greedy decoding has none)"),
         (cfg["eval_every"] >= 0, "eval_every must be >= 0 (0: never evaluate)"),
+        (isinstance(cfg["eval_from"], int) and cfg["eval_from"] >= 0,
+         f"eval_from must be an integer >= 0, got {cfg['eval_from']!r}"),
         (cfg["eval_n"] >= 1, "eval_n must be >= 1"),
         (cfg["eval_toy_size"] >= 1, "eval_toy_size must be >= 1"),
         (all(isinstance(b, str) for b in cfg["eval_benchmarks"]),
@@ -162,7 +164,8 @@ def validate(cfg: dict) -> None:
 
 
 # Keys that may change when a run is resumed: they do not change what the run computes
-# (engine_mismatch_every: a diagnostic only; micro_batch_size, logits_chunk_mib, gradient_checkpointing, cpu_matmul and the engine's memory
+# (engine_mismatch_every and eval_from: a diagnostic's and the evaluations' schedule only;
+# micro_batch_size, logits_chunk_mib, gradient_checkpointing, cpu_matmul and the engine's memory
 # share and CUDA graphs only up to float rounding; they are here so that a run that ran out of
 # memory can continue with smaller pieces, and one made on a CPU can continue on another; out_dir,
 # so that a run folder can be moved or renamed and resumed there).
@@ -170,7 +173,8 @@ def validate(cfg: dict) -> None:
 RESUMABLE_CHANGES = ("out_dir", "updates", "resume", "ckpt_every", "keep_checkpoints",
                      "max_consecutive_skips", "build_toy_model", "vllm.gpu_memory_utilization",
                      "vllm.enforce_eager", "micro_batch_size", "logits_chunk_mib",
-                     "gradient_checkpointing", "cpu_matmul", "log_to", "wandb", "engine_mismatch_every")
+                     "gradient_checkpointing", "cpu_matmul", "log_to", "wandb", "engine_mismatch_every",
+                     "eval_from")
 
 
 def config_differences(old: dict, new: dict) -> list:

@@ -249,7 +249,8 @@ def train(cfg: dict, sampler=None) -> list:
                    "skipped_updates": state.skipped_updates, "oom_updates": state.oom_updates,
                    **metrics, **times}
             with learner.timed(row, "time/eval"), checkpoint.stop_on_oom(cfg, "evaluation"):
-                if cfg["eval_every"] > 0 and (t % cfg["eval_every"] == 0 or t == updates):
+                if cfg["eval_every"] > 0 and (t == updates or (t % cfg["eval_every"] == 0
+                                                               and t >= cfg["eval_from"])):
                     row.update(evaluate.run_eval(cfg, sampler, t, out_dir))
             row["time/log"] = log_seconds
             # wall seconds of the whole update, the previous row's write included (steady state:

@@ -110,14 +110,14 @@ def test_the_seeds_3_to_9_sweeps_cover_every_leaderboard_row():
     references skipped there once their results are kept): together every run of the seeds-0-2
     leaderboard grid (configs/sweep_leaderboard_toy.yaml: every registered objective and PPO
     against the sampler x N in {0, 8, 32, 128}) at seeds 3-9, into that grid's results folder
-    (results/leaderboard_toy), evaluated every 20 updates."""
+    (results/leaderboard_toy), evaluated at 0, 260, 280 and 300."""
     import losses
     names = {}
     for name in ("sweep_leaderboard_v3_toy.yaml", "sweep_leaderboard_v3_rows_toy.yaml"):
         with open(os.path.join(ROOT, "configs", name)) as f:
             spec = yaml.safe_load(f)
         assert spec["results"] == "results/leaderboard_toy" and spec["grid"]["seed"] == list(range(3, 10))
-        assert spec["overrides"] == {"updates": 300, "eval_every": 20, "cpu_matmul": "onednn"}
+        assert spec["overrides"] == {"updates": 300, "eval_every": 20, "eval_from": 260, "cpu_matmul": "onednn"}
         names[name] = [os.path.basename(d) for d, _ in sweep.expand(spec)]
     with open(os.path.join(ROOT, "configs", "sweep_leaderboard_toy.yaml")) as f:
         leaderboard = yaml.safe_load(f)

@@ -304,6 +304,24 @@ def test_engine_mismatch_every_k_batches_leaves_training_as_it_was(tmp_path, sam
         config.load_config(None, ["engine_mismatch_every=-1"])
 
 
+def test_eval_from_skips_the_early_evaluations_and_leaves_training_as_it_was(tmp_path, sampler):
+    """eval_every=2, 8 updates: evaluations at 0, 2, 4, 6, 8; with eval_from=5 at 0, 6 and 8 only,
+    the same records there, and every training number the same (evaluation draws from its own
+    seeds)."""
+    base = dict(delay=1, updates=8, lr=1e-3, eval_every=2, eval_toy_size=8, eval_n=2)
+    every = train.train(toy_config(tmp_path / "every", **base), sampler)
+    late = train.train(toy_config(tmp_path / "late", eval_from=5, **base), sampler)
+    evaluated = lambda folder: [r["update"] for r in map(json.loads, open(folder / "metrics.jsonl"))
+                                if "eval/toy/mean@2" in r]
+    assert evaluated(tmp_path / "every") == [0, 2, 4, 6, 8] and evaluated(tmp_path / "late") == [0, 6, 8]
+    records = lambda folder: [r for r in map(json.loads, open(folder / "eval_records.jsonl"))
+                              if r["update"] in (0, 6, 8)]
+    assert records(tmp_path / "every") == records(tmp_path / "late")
+    train_part = lambda r: json.dumps({k: v for k, v in r.items()
+                                       if not k.startswith(("time/", "eval/"))}, sort_keys=True)
+    assert [train_part(r) for r in every] == [train_part(r) for r in late]
+
+
 def test_stop_strings_cut_the_text_before_grading(tmp_path, sampler, toy_model):
     """A stop string ends the text that is graded (a base model's invented next problem would be
     cut the same way); the tokens and log-probs keep what was sampled."""
