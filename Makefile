@@ -125,7 +125,7 @@ processors: .venv/ready
 tables: .venv/ready
 	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v3_toy.png
 	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py leaderboard results/leaderboard_toy_lr5e-5 --out figures/leaderboard_lr5e-5_toy.png
-	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py drift results/leaderboard_toy$$(test ! -d results/drift_toy_n2 || echo ,results/drift_toy_n2) --against results/leaderboard_toy_lr5e-5 --out figures/drift_toy.png
+	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py drift results/leaderboard_toy,results/drift_toy_n2 --against results/leaderboard_toy_lr5e-5 --out figures/drift_toy.png
 	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) plot.py leaderboard results/leaderboard_toy_lr1.25e-5 --out figures/leaderboard_lr1.25e-5_toy.png
 	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr1.25e-5 --out figures/drift_lr1.25e-5_toy.png
 	test ! -d results/direction_toy || $(PY) plot.py direction results/direction_toy --out figures/direction_toy.png

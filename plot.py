@@ -1214,11 +1214,20 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
     fitted at each lr, predicting the other's cells (out of sample), and the anchors placed. Figure: one panel per
     method, each stale run's drop from its lr's mean N = 0 accuracy against its K3 (log), one
     color per lr, one marker per N, the line fitted at root's lr. root and `against` may each be
-    several folders, comma-separated (one step size's runs kept in more than one folder)."""
+    several folders, comma-separated (one step size's runs kept in more than one folder; one
+    after the first that does not exist yet is left out)."""
     if not against:
         raise ValueError("plot.py drift needs --against: the folder of the runs at the other step size")
-    # a side may be several folders, comma-separated: runs at one step size kept apart
-    runs = {side: [r for folder in side.split(",") for r in load_runs(folder)] for side in (root, against)}
+    # a side may be several folders, comma-separated: runs at one step size kept apart; a folder
+    # after the first that does not exist yet (its sweep has not run here) is left out, saying so
+    runs = {}
+    for side in (root, against):
+        first, *more = side.split(",")
+        for folder in more:
+            if not os.path.isdir(folder):
+                print(f"plot.py drift: {folder} does not exist yet: left out", file=sys.stderr)
+        runs[side] = [r for folder in [first] + [f for f in more if os.path.isdir(f)]
+                      for r in load_runs(folder)]
     data = {folder: drift_data(rs) for folder, rs in runs.items()}
     for folder, d in data.items():
         if d["lr"].nunique() != 1:

@@ -18,7 +18,7 @@ import train
 from conftest import ROOT, TOY_MODEL, toy_config
 
 TINY = dict(updates=8, delay=2, prompts_per_update=2, group_size=4, micro_batch_size=8,
-            eval_every=4, eval_toy_size=8, eval_n=2, ckpt_every=2, lr=1e-3)
+            eval_every=4, eval_toy_size=8, eval_n=2, ckpt_every=2, lr=1e-3, engine_mismatch_every=1)
 
 
 def read_jsonl(path):

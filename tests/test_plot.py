@@ -354,7 +354,7 @@ def test_drift_table_regime_prediction_and_anchor(tmp_path):
         plot.main(["drift", str(hi), "--out", out])
 
 
-def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path):
+def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path, capsys):
     """Three rows, N in {0, 8, 32, 128}, seeds 0 and 1 at +-1 point. At lr 2e-4 TOPR ends at 60,
     GRPO+TIS at 30 and GRPO at 10 at every N (three tiers, TOPR above GRPO+TIS and GRPO below);
     at lr 5e-5 all three end at 60: one tier, all level. Each row's change is named. lr 2e-4 also
@@ -370,7 +370,8 @@ def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path):
                 for seed in (0, 1):
                     _run(root, final + (0.01 if seed else -0.01), loss, delay, seed, lr=lr)
     out = str(tmp_path / "drift.png")
-    plot.main(["drift", f"{hi},{hi_n2}", "--against", str(lo), "--out", out])
+    plot.main(["drift", f"{hi},{hi_n2},{tmp_path / 'not_yet'}", "--against", str(lo), "--out", out])
+    assert f"{tmp_path / 'not_yet'} does not exist yet: left out" in capsys.readouterr().err
     table = _table(out)
     assert "| N=0: final % (K3 x1e-3) | N=2: final % (K3 x1e-3) | N=8:" in table
     assert "| TOPR | 0.0002 | 60.0 (5.5) | 0.0 (5.5) | 60.0 (5.5) |" in table  # k3 1e-3 x mean update 5.5
