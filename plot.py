@@ -1117,16 +1117,6 @@ def anchor_lines(runs: list, name) -> list:
     return lines
 
 
-def standing(result: dict, m: str) -> tuple:
-    """A scored method's place in one leaderboard model: (in the top tier, i.e. shares a letter
-    with the best-scoring method; above / below / level with GRPO+TIS at the family-wise level)."""
-    best = max(result["score"], key=lambda x: result["score"][x][0])
-    top = bool(set(result["tiers"].get(m, "")) & set(result["tiers"][best]))
-    d = result["vs"].get("grpo_tis", {}).get(m)
-    vs = "" if d is None else "level" if d[2] >= stats.ALPHA else "above" if d[0] > 0 else "below"
-    return top, vs
-
-
 def tier_lines(runs: dict, order: list, name) -> list:
     """Does a row's tier belong to the method or to the step size? Each step size's leaderboard
     model (stats.fit_leaderboard) fitted to the runs of the rows both step sizes ran (`order`),
@@ -1151,16 +1141,20 @@ def tier_lines(runs: dict, order: list, name) -> list:
     lines = ["", head + ":", "", "| method | " + " | ".join(
         f"lr {lr:g}: tier | rank | score | vs GRPO+TIS" for lr in lrs) + " | changes |",
         "| --- |" + " --- | --- | --- | --- |" * len(lrs) + " --- |"]
+    # the top tier: the letters of each step size's best-scoring row
+    top = {lr: set(res["tiers"][max(res["score"], key=lambda x: res["score"][x][0])])
+           for lr, res in results.items()}
     changed = []
     for m in sorted(scored, key=lambda x: -results[lrs[0]]["score"][x][0]):
-        cells, places = [], []
+        cells, places = [], []  # places: (in the top tier, above / below / level with GRPO+TIS)
         for lr in lrs:
             res = results[lr]
             rank, (sc, half) = res["rank"][m], res["score"][m]
             d = res["vs"].get("grpo_tis", {}).get(m)
-            places.append(standing(res, m))
+            vs = "" if d is None else "level" if d[2] >= stats.ALPHA else "above" if d[0] > 0 else "below"
+            places.append((bool(set(res["tiers"].get(m, "")) & top[lr]), vs))
             cells.append(f"{res['tiers'][m]} | {rank[0]}-{rank[1]} | {sc:.1f} ± {half:.1f} | "
-                         + (f"{d[0]:+.1f} ± {d[1]:.1f} ({places[-1][1]})" if d else ""))
+                         + (f"{d[0]:+.1f} ± {d[1]:.1f} ({vs})" if d else ""))
         what = []
         if places[0][0] != places[1][0]:
             what.append("joins the top tier" if places[1][0] else "leaves the top tier")
@@ -1222,12 +1216,12 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
     # after the first that does not exist yet (its sweep has not run here) is left out, saying so
     runs = {}
     for side in (root, against):
-        first, *more = side.split(",")
-        for folder in more:
-            if not os.path.isdir(folder):
+        runs[side] = []
+        for i, folder in enumerate(side.split(",")):
+            if i and not os.path.isdir(folder):
                 print(f"plot.py drift: {folder} does not exist yet: left out", file=sys.stderr)
-        runs[side] = [r for folder in [first] + [f for f in more if os.path.isdir(f)]
-                      for r in load_runs(folder)]
+                continue
+            runs[side] += load_runs(folder)
     data = {folder: drift_data(rs) for folder, rs in runs.items()}
     for folder, d in data.items():
         if d["lr"].nunique() != 1:

@@ -368,6 +368,7 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     fit = sm.OLS(train["y"].to_numpy(float), design).fit()
     s2 = float(fit.scale)
     lines = {m: (float(fit.params[3 * k + 1]), float(fit.params[3 * k + 2])) for k, m in enumerate(methods)}
+
     def judged(k: int, m: str, stale: pd.DataFrame, base: pd.DataFrame) -> dict:
         c = np.zeros(design.shape[1])
         c[3 * k + 1], c[3 * k + 2] = 1.0, float(stale["x"].mean())
