@@ -29,7 +29,8 @@ update: one learn() per objective on a rollout batch of --groups groups of 8 (on
   memory and seconds per phase (time/behavior, time/ref, time/learn, time/optim, time/metrics).
 loop: the whole loop of train.train, sampling included, with the transformers sampler (no vLLM)
   and configs/qwen3_1.7b_quick.yaml's settings (bf16 sampler copy, bf16 autocast, gradient
-  checkpointing, one group per micro-batch) on toy prompts, with a tokenizer of --vocab tokens
+  checkpointing, one group per micro-batch; engine_k3's learner pass on every batch, so that every
+  update times it) on toy prompts, with a tokenizer of --vocab tokens
   built in code (the toy's characters, then filler tokens; nothing is downloaded): N = 1, 3
   updates of GRPO, stopped by SIGTERM after update 2 (its checkpoint), resumed (resume=true,
   a new learner and sampler from that checkpoint) for update 3. Prints each update's seconds by
@@ -205,11 +206,14 @@ def child(args) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
-def run_child(args, chunk_mib: int, save_to: str, loss: str = "grpo") -> dict:
+def run_child(args, chunk_mib: int, save_to: str = None, loss: str = "grpo") -> dict:
+    """one_learn in a fresh process; with save_to, it also saves the starting log-probs of the
+    whole batch at once and the step's gradients there (memory mode's one-group batch only)."""
     cmd = [sys.executable, __file__, f"_child_{args.mode}", "--layers", str(args.layers), "--groups",
            str(args.groups), "--max-tokens", str(args.max_tokens), "--group-size",
            str(args.group_size), "--model-dir", args.model_dir, "--loss", loss,
-           "--chunk-mib", str(chunk_mib), "--save-to", save_to, "--cpu-autocast", args.cpu_autocast]
+           "--chunk-mib", str(chunk_mib), "--cpu-autocast", args.cpu_autocast]
+    cmd += ["--save-to", save_to] if save_to else []
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"child failed ({out.returncode}):\n{out.stderr[-3000:]}")
@@ -250,7 +254,7 @@ def update(args) -> None:
           f"{args.layers} layers", flush=True)
     t0 = time.perf_counter()
     for loss in args.losses.split(","):
-        r = run_child(args, run_config(args)["logits_chunk_mib"], os.devnull, loss)
+        r = run_child(args, run_config(args)["logits_chunk_mib"], loss=loss)
         phases = "  ".join(f"{k[5:]} {r[k]:.2f}" for k in ("time/behavior", "time/ref", "time/learn",
                                                              "time/optim", "time/metrics"))
         print(f"{loss:9s} peak {r['peak_GiB']:6.2f} GiB (learn() +{r['learn_peak_added_GiB']:.2f})  "
@@ -274,6 +278,7 @@ def loop(args) -> dict:
         f"model={args.model_dir}", f"out_dir={os.path.join(args.tmp, 'run')}", "task=toy",
         "sampler=transformers", "device=auto", "delay=1", "updates=3", "eval_every=0",
         "ckpt_every=0", "keep_checkpoints=1", "loss=grpo", "stop_strings=[]",
+        "engine_mismatch_every=1",  # engine_k3's learner pass on every batch: each update times it
         f"prompts_per_update={args.prompts}",
         f"group_size={args.group_size}", f"micro_batch_size={args.group_size}",
         f"max_tokens={args.max_tokens}", f"vllm.max_model_len={args.max_tokens + 64}"])
@@ -419,8 +424,7 @@ def check(args) -> int:
             for loss in args.losses.split(","):
                 t0 = time.perf_counter()
                 try:
-                    r = run_child(learn_args, run_config(learn_args)["logits_chunk_mib"], os.devnull,
-                                  loss)
+                    r = run_child(learn_args, run_config(learn_args)["logits_chunk_mib"], loss=loss)
                 except SystemExit as e:  # run_child's message: the child's exit and stderr
                     verdict(False, f"learn {loss}", str(e).strip().splitlines()[-1][:300])
                     continue
