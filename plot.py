@@ -1091,6 +1091,25 @@ ANCHOR_DRIFT = [("grpo_behavior", "clip_frac", 0.0122,
                  "project page says 0.006%)")]
 
 
+def verdict_lines(one_way: dict, other_way: dict, lrs: tuple, name) -> list:
+    """stats.drift_verdict of the two directions (fitted at lrs[0] predicting lrs[1], and back)."""
+    v = stats.drift_verdict(one_way, other_way)
+    word = {None: "not yet (a direction has no stale cell inside its fitted range)", True: "refuted",
+            False: "not refuted"}[v["refuted"]]
+    parts = []
+    for (fit_lr, test_lr), s in zip((lrs, lrs[::-1]), v["sides"]):
+        if not s["methods"]:
+            parts.append(f"fitted at lr {fit_lr:g}, predicting lr {test_lr:g}: no test yet")
+            continue
+        beyond = ", ".join(f"{name(m)} {e:+.1f} (z {z:+.1f})" for m, e, z in s["beyond_2se"])
+        parts.append(f"fitted at lr {fit_lr:g}, predicting lr {test_lr:g}: joint p = {s['p']:.2g} on "
+                     f"{s['methods']} methods; refuted after Holm: "
+                     + (", ".join(name(m) for m in s["refuted"]) or "none")
+                     + "; beyond 2 SE unadjusted: " + (beyond or "none"))
+    return ["", f"**The verdict** (the inside-only tests of both directions, each at 2.5%, Bonferroni "
+            f"over the two: family-wise 5%): {word}. " + "; ".join(parts)[:1].upper() + "; ".join(parts)[1:] + "."]
+
+
 def anchor_lines(runs: list, name) -> list:
     """Where each published drift statistic (ANCHOR_DRIFT) falls among the toy's cells: per cell
     (lr x N) of the entry that logs it, the statistic's mean over its runs' updates, and the two
@@ -1242,10 +1261,10 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
             lines.append(f"| {name(m)} | {d['lr'].iloc[0]:g} | "
                          + " | ".join(cell(own[own["N"] == n]) for n in delays) + " |")
     lr_a, lr_b = float(a["lr"].iloc[0]), float(b["lr"].iloc[0])
-    a_to_b = stats.drift_prediction(a, b)
+    a_to_b, b_to_a = stats.drift_prediction(a, b), stats.drift_prediction(b, a)
     lines += (tier_lines(runs, order, name) + regime_lines([data[root], data[against]], name)
-              + drift_lines(a_to_b, lr_a, lr_b, name)
-              + drift_lines(stats.drift_prediction(b, a), lr_b, lr_a, name)
+              + verdict_lines(a_to_b, b_to_a, (lr_a, lr_b), name)
+              + drift_lines(a_to_b, lr_a, lr_b, name) + drift_lines(b_to_a, lr_b, lr_a, name)
               + anchor_lines([r for r in runs[root] + runs[against] if method(r) in shared], name))
     cols = min(5, len(order))
     rows = -(-len(order) // cols)

@@ -409,3 +409,22 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     return {**family(per), "inside": family(per_inside), "cells": cells, "seed_sd": math.sqrt(s2),
             "fit": fit, "lines": lines, "rmse": rms([c["error"] for c in cells]),
             "rmse_inside": rms([c["error"] for c in cells if c["inside"]])}
+
+
+def drift_verdict(one_way: dict, other_way: dict) -> dict:
+    """The drift hypothesis judged on drift_prediction's inside-only tests (no extrapolation) in
+    both directions, each at ALPHA / 2 (Bonferroni over the two, family-wise ALPHA): refuted if
+    a direction's joint chi-square or one of its methods (Holm-adjusted p) falls below ALPHA / 2;
+    None while a direction has no method with a stale cell inside its fitted range. `sides`: per
+    direction, the joint p, the methods refuted and those whose error is beyond 2 SE unadjusted
+    (method, error, z), largest |z| first."""
+    sides = []
+    for pred in (one_way, other_way):
+        per = pred["inside"]["methods"]
+        sides.append({"p": pred["inside"]["chi2_p"], "methods": len(per),
+                      "refuted": [m for m, v in per.items() if v["p_holm"] < ALPHA / 2],
+                      "beyond_2se": sorted(((m, v["error"], v["z"]) for m, v in per.items() if abs(v["z"]) > 2),
+                                           key=lambda t: -abs(t[2]))})
+    if not all(s["methods"] for s in sides):
+        return {"refuted": None, "sides": sides}
+    return {"refuted": any(s["p"] < ALPHA / 2 or s["refuted"] for s in sides), "sides": sides}

@@ -134,5 +134,17 @@ def test_drift_prediction_holds_out_of_sample_and_refutes_a_step_size_effect():
     assert all(v["refuted"] for v in shifted["inside"]["methods"].values()) and shifted["inside"]["chi2_p"] < 1e-6
     assert stats.drift_prediction(fit_on, drift_runs(0.0, 1e-3, seed=1))["inside"] == {  # all below
         "methods": {}, "chi2": 0.0, "chi2_df": 0, "chi2_p": pytest.approx(math.nan, nan_ok=True)}
+    # the verdict: both directions inside only, each at 2.5%
+    back_same = stats.drift_prediction(drift_runs(0.0, 0.1, seed=1), fit_on)
+    held = stats.drift_verdict(same, back_same)
+    assert held["refuted"] is False and [s["methods"] for s in held["sides"]] == [2, 2]
+    assert held["sides"][0]["p"] == same["inside"]["chi2_p"] and held["sides"][0]["refuted"] == []
+    back_shifted = stats.drift_prediction(drift_runs(6.0, 0.1, seed=1), fit_on)
+    broken = stats.drift_verdict(shifted, back_shifted)
+    assert broken["refuted"] is True and broken["sides"][0]["refuted"] == ["m1", "m2"]
+    assert [m for m, _, _ in broken["sides"][0]["beyond_2se"]] and all(
+        abs(z) > 2 and abs(e - 6.0) < 3 for _, e, z in broken["sides"][0]["beyond_2se"])
+    below = stats.drift_prediction(fit_on, drift_runs(0.0, 1e-3, seed=1))
+    assert stats.drift_verdict(below, back_same)["refuted"] is None
     one_n = fit_on[fit_on["method"].eq("m1") | fit_on["N"].isin([0, 8])]  # m2 has one stale N
     assert set(stats.drift_prediction(one_n, drift_runs(0.0, 0.1, seed=1))["methods"]) == {"m1"}
