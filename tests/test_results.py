@@ -178,6 +178,33 @@ def test_the_anchor_reading_holds_in_the_generated_drift_table():
     assert 1.22 < share_clip_2e4_n8(sections[0])
 
 
+def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
+    """docs/leaderboard.md's verdict on the drift hypothesis and its default-lr decision: refuted
+    jointly fitting lr 2e-4 (no method after Holm), every method beyond 2 SE one of the truncated
+    importance weights erring upward; not rejected fitting lr 5e-5; at lr 5e-5 every row but AGRO
+    and GRPO in the top tier (the README too); N = 8 mild at lr 1.25e-5 alone.
+    Checked against the committed figures/drift_toy.md and drift_lr1.25e-5_toy.md."""
+    with open(os.path.join(ROOT, "figures", "drift_toy.md")) as f:
+        text = f.read()
+    verdict = re.search(r"\*\*The verdict\*\* .*", text).group(0)
+    assert "family-wise 5%): refuted." in verdict
+    one_way, other_way = verdict.split("; fitted at lr 5e-05")
+    assert float(re.search(r"joint p = ([\d.e-]+)", one_way).group(1)) < 0.025
+    assert "refuted after Holm: none" in one_way
+    beyond = re.findall(r"(GRPO\+TIS|GRPO\+seq-TIS|IcePop \(prime-rl form\)|[^,:;]+?) ([+-][\d.]+) \(z ",
+                        one_way.split("beyond 2 SE unadjusted: ")[1])
+    assert beyond and all(m.strip() in ("GRPO+TIS", "GRPO+seq-TIS", "IcePop (prime-rl form)") and 10 < float(e) < 20
+                          for m, e in beyond)
+    assert float(re.search(r"joint p = ([\d.e-]+)", other_way).group(1)) > 0.025
+    tiers = text.split("**Tiers at both step sizes**")[1].split("\n\n")[1].splitlines()[2:]
+    lr5e5 = {cells[1].strip(): cells[6].strip() for cells in (row.split("|") for row in tiers)}
+    assert len(lr5e5) == 15 and {m for m, tier in lr5e5.items() if tier != "a"} == {"AGRO", "GRPO"}
+    regime = lambda t: dict(re.findall(r"^\| ([\d.e-]+) \| [^\n]* \| (yes|no) \|$", t, re.M))
+    assert regime(text) == {"0.0002": "no", "5e-05": "no"}
+    with open(os.path.join(ROOT, "figures", "drift_lr1.25e-5_toy.md")) as f:
+        assert regime(f.read()) == {"0.0002": "no", "1.25e-05": "yes"}
+
+
 def share_clip_2e4_n8(section):
     return float(re.search(r"\| 0\.0002 \| 8 \| \d+ \| ([\d.]+) \|", section).group(1))
 
