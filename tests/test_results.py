@@ -182,7 +182,8 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     """docs/leaderboard.md's verdict on the drift hypothesis and its default-lr decision: refuted
     jointly fitting lr 2e-4 (no method after Holm), every method beyond 2 SE one of the truncated
     importance weights erring upward; not rejected fitting lr 5e-5; at lr 5e-5 every row but AGRO
-    and GRPO in the top tier (the README too); N = 8 mild at lr 1.25e-5 alone.
+    and GRPO in the top tier (the README too); N = 8 mild at lr 1.25e-5 alone, whose five rows
+    share one tier.
     Checked against the committed figures/drift_toy.md and drift_lr1.25e-5_toy.md."""
     with open(os.path.join(ROOT, "figures", "drift_toy.md")) as f:
         text = f.read()
@@ -202,7 +203,10 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     regime = lambda t: dict(re.findall(r"^\| ([\d.e-]+) \| [^\n]* \| (yes|no) \|$", t, re.M))
     assert regime(text) == {"0.0002": "no", "5e-05": "no"}
     with open(os.path.join(ROOT, "figures", "drift_lr1.25e-5_toy.md")) as f:
-        assert regime(f.read()) == {"0.0002": "no", "1.25e-05": "yes"}
+        small = f.read()
+    assert regime(small) == {"0.0002": "no", "1.25e-05": "yes"}
+    tiers = small.split("**Tiers at both step sizes**")[1].split("\n\n")[1].splitlines()[2:]
+    assert len(tiers) == 5 and all(row.split("|")[6].strip() == "a" for row in tiers)  # one tier
 
 
 def share_clip_2e4_n8(section):
