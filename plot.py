@@ -1098,16 +1098,16 @@ def verdict_lines(one_way: dict, other_way: dict, lrs: tuple, name) -> list:
             False: "not refuted"}[v["refuted"]]
     parts = []
     for (fit_lr, test_lr), s in zip((lrs, lrs[::-1]), v["sides"]):
+        head = f"{'F' if not parts else 'f'}itted at lr {fit_lr:g}, predicting lr {test_lr:g}: "
         if not s["methods"]:
-            parts.append(f"fitted at lr {fit_lr:g}, predicting lr {test_lr:g}: no test yet")
+            parts.append(head + "no test yet")
             continue
         beyond = ", ".join(f"{name(m)} {e:+.1f} (z {z:+.1f})" for m, e, z in s["beyond_2se"])
-        parts.append(f"fitted at lr {fit_lr:g}, predicting lr {test_lr:g}: joint p = {s['p']:.2g} on "
-                     f"{s['methods']} methods; refuted after Holm: "
+        parts.append(head + f"joint p = {s['p']:.2g} on {s['methods']} methods; refuted after Holm: "
                      + (", ".join(name(m) for m in s["refuted"]) or "none")
                      + "; beyond 2 SE unadjusted: " + (beyond or "none"))
     return ["", f"**The verdict** (the inside-only tests of both directions, each at 2.5%, Bonferroni "
-            f"over the two: family-wise 5%): {word}. " + "; ".join(parts)[:1].upper() + "; ".join(parts)[1:] + "."]
+            f"over the two: family-wise 5%): {word}. " + "; ".join(parts) + "."]
 
 
 def anchor_lines(runs: list, name) -> list:
