@@ -152,6 +152,18 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     top = [name for name, row in rows.items() if "a" in row["tier"]]
     assert top and all(above(rows[m][vs_tis]) and above(rows[m][vs_grpo]) for m in top)
     assert above(rows["GRPO+TIS"][vs_grpo])
+    # the newest corrections: REC one-side and AsymRE above PPO's clip against the sampler; the
+    # masks and searches on top of that clip not above it; AsymRE's drop above zero; OAPL and
+    # FlashREINFORCE below the base model at every N > 0 in every seed (a cell's last number is
+    # its largest seed)
+    vs_ppo = "vs PPO vs sampler (GRPO, behavior anchor) (simultaneous 95%)"
+    assert above(rows["REC-OneSide-NoIS"][vs_ppo]) and above(rows["AsymRE"][vs_ppo])
+    assert not any(above(rows[m][vs_ppo]) for m in ("TRM", "PPO+outlier RS (SkyRL)", "BAPO", "DPPO-KL"))
+    drop, half = (float(x) for x in rows["AsymRE"]["drop from N=0 (95%)"].split(" ± "))
+    assert drop - half > 0
+    base = float(re.search(r"The base model .*?: ([\d.]+) \(", text).group(1))
+    assert all(float(re.findall(r"[\d.]+", rows[m][f"N={n}"])[-1]) < base
+               for m in ("OAPL", "FlashREINFORCE") for n in (8, 32, 128))
     levene = re.search(r"Levene across N: W = [\d.]+, p = ([\d.e-]+); across methods within each N: (.*)\.", text)
     assert float(levene.group(1)) < 0.05
     assert all(float(p) >= 0.05 for p in re.findall(r"p = ([\d.e-]+)", levene.group(2)))
