@@ -193,8 +193,8 @@ def test_the_anchor_reading_holds_in_the_generated_drift_table():
 def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     """docs/leaderboard.md's verdict on the drift hypothesis and its default-lr decision: refuted
     jointly fitting lr 2e-4 (no method after Holm), every method beyond 2 SE one of the truncated
-    importance weights erring upward; not rejected fitting lr 5e-5; at lr 5e-5 every row but AGRO
-    and GRPO in the top tier (the README too); N = 8 mild at lr 1.25e-5 alone, whose five rows
+    importance weights erring upward; not rejected fitting lr 5e-5; at lr 5e-5 every row of the
+    second step's fifteen but AGRO and GRPO in the top tier (the README too); N = 8 mild at lr 1.25e-5 alone, whose five rows
     share one tier.
     Checked against the committed figures/drift_toy.md and drift_lr1.25e-5_toy.md."""
     with open(os.path.join(ROOT, "figures", "drift_toy.md")) as f:
@@ -209,10 +209,12 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
                           for m, e in beyond)
     assert float(re.search(r"joint p = ([\d.e-]+)", other_way).group(1)) > 0.025
     lr5e5 = smaller_step_tiers(text)
-    ladder = {"TOPR", "GMPO", "GEPO", "GSPO", "Kimi k1.5", "VCPO", "GGPO", "VESPO", "M2PO", "GRPO+TIS",
-              "PPO vs sampler (GRPO, behavior anchor)", "AGRO", "IcePop (prime-rl form)", "GRPO+seq-TIS",
-              "GRPO"}  # the second step's fifteen rows (the newest corrections join as they land)
-    assert ladder <= set(lr5e5) and {m for m in ladder if lr5e5[m] != "a"} == {"AGRO", "GRPO"}
+    with open(os.path.join(ROOT, "configs", "sweep_leaderboard_lr5e-5_toy.yaml")) as f:
+        names = yaml.safe_load(f)["grid"]["loss"] + ["grpo_behavior"]  # + grpo's `only` anchor
+    # the second step's fifteen rows (the newest corrections join that table as they land)
+    ladder = {plot.method_style(m, names)[0] for m in names}
+    assert len(ladder) == 15 and ladder <= set(lr5e5)
+    assert {m for m in ladder if lr5e5[m] != "a"} == {"AGRO", "GRPO"}
     regime = lambda t: dict(re.findall(r"^\| ([\d.e-]+) \| [^\n]* \| (yes|no) \|$", t, re.M))
     assert regime(text) == {"0.0002": "no", "5e-05": "no"}
     with open(os.path.join(ROOT, "figures", "drift_lr1.25e-5_toy.md")) as f:
