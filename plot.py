@@ -623,7 +623,9 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
     fit, sigma = result["fit"], result["sigma"]
     name = lambda m: method_style(m, order)[0]
     lines = ["", "**The model** (`stats.py`; statsmodels WLS, feasible GLS): final mean@k (%) = cell mean "
-             "(method x N) + rounding path + error, the path fixed with sum-to-zero coding, "
+             "(method x N) + rounding path" + (" + seed" if result["seed"].get("fitted") else "")
+             + " + error, the path" + (" and the seed" if result["seed"].get("fitted") else "")
+             + " fixed with sum-to-zero coding, "
              f"error SD per N: " + ", ".join(f"N = {n}: {s:.2f}" for n, s in sigma.items())
              + f"; {result['n_runs']} runs, {len(fit.params)} parameters, {result['df']:.0f} residual "
              f"degrees of freedom."]
@@ -648,9 +650,15 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                  "seeds of the runs themselves, in %.")
     seed = result["seed"]
     if seed["F"] is not None:
-        lines += ["", f"**The seed** (tested, not fitted): the model with a fixed seed term against "
+        fitted = ("fitted: the test rejects at 5%"
+                  if seed["fitted"] else "tested, not fitted"
+                  + ("" if seed["p"] >= stats.ALPHA else ": not estimable apart from the path"))
+        lines += ["", f"**The seed** ({fitted}): the model with a fixed seed term against "
                   f"the model, F = {seed['F']:.2f}, p = {seed['p']:.2g}; variance component (moments) "
                   f"SD {seed['tau']:.2f} points."]
+        if seed["effects"]:
+            lines[-1] += " Effects (points, 95% t): " + ", ".join(
+                f"seed {lvl} {e:+.1f} ± {h:.1f}" for lvl, (e, h) in seed["effects"].items()) + "."
     path = result["path"]
     counts = data["path"].value_counts()
     if path["effects"]:

@@ -4,7 +4,7 @@ simultaneous intervals, tiers, rank intervals and the seeds a comparison needs.
 
 The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage points:
 
-    y_r = mu[method_r, N_r] + k[path_r] + e_r,        e_r ~ Normal(0, sigma[N_r]^2)
+    y_r = mu[method_r, N_r] + k[path_r] (+ s[seed_r]) + e_r,        e_r ~ Normal(0, sigma[N_r]^2)
 
 - mu: one mean per cell (method x N), fixed: the quantities of interest.
 - k: the rounding path (processor kind; thread count and matmul backend when a table mixes
@@ -14,13 +14,18 @@ The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage po
   ends high is not credited with it. Code commits are not a factor: a change of code that
   moves a toy run's numbers would be a change of the experiment, and the project checks
   refactors number for number. The reference rows run on every kind, which keeps k estimable.
-- the seed: tested, not fitted. The same seed samples the same prompts in every row, so a seed
-  could shift every row alike; the F test of the model with a fixed seed term against the model
-  without it (statsmodels' compare_f_test, printed) finds no such shift, and the trajectories
-  part chaotically within a hundred updates. A random seed term would be estimated at variance
-  0, which is this model; a fixed one would make every score's absolute level non-estimable
-  whenever a new seed first runs on a new kind (its block design: one seed, one machine), as
-  the ladder's seeds do.
+- s: the seed, fixed, sum-to-zero, fitted only where it is found. The same seed samples the same
+  prompts and the same evaluation draws in every row, so a seed can shift every row alike. The
+  F test of the model with a fixed seed term against the model without it (statsmodels'
+  compare_f_test, same weights, printed) decides, at ALPHA: at the toy's lr 2e-4 it finds no
+  such shift (the trajectories part chaotically within a hundred updates) and the model is the
+  one above, since a fixed seed term would cost a degree of freedom per seed for nothing and
+  would make every score's absolute level non-estimable whenever a new seed first runs on a new
+  kind alone (its block design: one seed, one machine). At the smaller steps the policies stay
+  close, the shared draws dominate and the test rejects by far; there the model adds s[seed]
+  (its fit refused, and the model kept, where s is not estimable apart from the path), which
+  removes the shared shift from every comparison and adjusts a row that has only some of the
+  seeds for which seeds it has.
 - sigma[N]: the residual SD per N. A processor or seed change moves a cell by more at larger N
   (the trajectories part earlier and end further apart), and a Levene test across N rejects
   equal variances while one across methods within each N does not (both printed); so the
@@ -85,9 +90,10 @@ def _formula(data: pd.DataFrame, seed: bool = False) -> str:
     return "y ~ " + " + ".join(terms)
 
 
-def _fgls(data: pd.DataFrame):
-    """(fit, {N: sigma}) of the model with weights 1 / sigma[N]^2 at their fixed point."""
-    formula, weights, sigma = _formula(data), np.ones(len(data)), {}
+def _fgls(data: pd.DataFrame, seed: bool = False):
+    """(fit, {N: sigma}) of the model (with the seed term if `seed`) with weights 1 / sigma[N]^2
+    at their fixed point."""
+    formula, weights, sigma = _formula(data, seed), np.ones(len(data)), {}
     groups = {n: np.flatnonzero(data["N"].to_numpy() == n) for n in sorted(data["N"].unique())}
     for _ in range(FGLS_ROUNDS):
         with warnings.catch_warnings():  # refused below, with the reason
@@ -122,16 +128,32 @@ def _fgls(data: pd.DataFrame):
     return fit, {n: math.sqrt(v) for n, v in sigma.items()}, weights
 
 
+def _fit(data: pd.DataFrame) -> tuple:
+    """(fit, {N: sigma}, seed test) of the model, with the seed term where its test rejects at
+    ALPHA and it is estimable apart from the path."""
+    fit, sigma, weights = _fgls(data)
+    seed = {**_seed_test(data, fit, weights, sigma), "fitted": False}
+    if seed["p"] is not None and seed["p"] < ALPHA:
+        try:
+            fit, sigma, _ = _fgls(data, seed=True)
+            seed["fitted"] = True
+        except ValueError:  # a seed run on one kind alone: not estimable apart from the path
+            pass
+    return fit, sigma, seed
+
+
 def _seed_test(data: pd.DataFrame, fit, weights, sigma: dict) -> dict:
     """{F, p, tau}: the model with a fixed seed term against the model, same weights (F, p: None
-    with one seed)."""
+    with one seed); tau the seed's moment SD against the error variance of the model with it."""
     if data["seed"].nunique() < 2:
         return {"F": None, "p": None, "tau": None}
     with warnings.catch_warnings():  # a seed first run on a new kind: rank-deficient, and tested by rank
         warnings.simplefilter("ignore", SingularMatrixWarning)
         with_seed = smf.wls(_formula(data, seed=True), data, weights=weights).fit()
     f, p, _ = with_seed.compare_f_test(fit)
-    return {"F": float(f), "p": float(p), "tau": _moment_sd(f, data["seed"], sigma)}
+    # the error variance is the larger model's: its scale in the weighted units times sigma^2
+    error = {n: v * math.sqrt(with_seed.scale) for n, v in sigma.items()}
+    return {"F": float(f), "p": float(p), "tau": _moment_sd(f, data["seed"], error)}
 
 
 def _moment_sd(f: float, levels: pd.Series, sigma: dict) -> float:
@@ -161,12 +183,12 @@ def estimate(fit, cells: dict) -> tuple:
 
 def fit_cells(data: pd.DataFrame) -> tuple:
     """(fit, {N: sigma}) of the cell-means model alone (a mean per method x N, the rounding path
-    as a factor where it varies within an N, an error SD per N, FGLS): the leaderboard's model
-    for a small design. data: columns method, N, seed, path, y."""
+    as a factor where it varies within an N, the seed where its test rejects, an error SD per N,
+    FGLS): the leaderboard's model for a small design. data: columns method, N, seed, path, y."""
     data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
     if data.groupby("N")["path"].nunique().max() == 1:  # each N on one path: the cells absorb it
         data = data.assign(path="one per N")
-    fit, sigma, _ = _fgls(data)
+    fit, sigma, _ = _fit(data)
     return fit, sigma
 
 
@@ -243,7 +265,7 @@ def fit_leaderboard(data: pd.DataFrame) -> dict:
     Methods that lack a run at one of STALE_DELAYS have no score and are left out of the
     comparisons."""
     data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
-    fit, sigma, weights = _fgls(data)
+    fit, sigma, seed = _fit(data)
     have = set(zip(data["method"], data["N"]))
     methods = sorted({m for m in data["method"] if all((m, n) in have for n in STALE_DELAYS)})
     share = 1 / len(STALE_DELAYS)
@@ -281,7 +303,7 @@ def fit_leaderboard(data: pd.DataFrame) -> dict:
         _compare(out, methods, est, cov, df, rng)
     out["sd_score"] = math.sqrt(sum(sigma[n] ** 2 for n in STALE_DELAYS if n in sigma)) / len(STALE_DELAYS)
     out["path"] = dict(zip(("effects", "tau", "F", "p"), _factor_effects(fit, "path", sigma)))
-    out["seed"] = _seed_test(data, fit, weights, sigma)
+    out["seed"] = {**seed, "effects": _factor_effects(fit, "seed", sigma)[0]}
     resid = pd.Series(np.asarray(fit.resid), index=data.index)
     by_n = [resid[g.index] for _, g in data.groupby("N")]
     out["levene_n"] = scipy.stats.levene(*by_n) if len(by_n) > 1 else None

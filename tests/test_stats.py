@@ -39,6 +39,43 @@ def test_balanced_cells_give_the_cell_means_and_the_pooled_sd_per_n():
     assert r["df"] == 32 - 8
 
 
+def _shifted_rows(shift, wobble_scale=1.0):
+    """The balanced design above with every run of seed s moved by shift[s] (both methods alike)."""
+    wobble = (1, -1, 2, -2)
+    cell = {("a", 0): 50, ("a", 8): 40, ("a", 32): 30, ("a", 128): 20,
+            ("b", 0): 52, ("b", 8): 30, ("b", 32): 20, ("b", 128): 10}
+    scale = {0: 1, 8: 2, 32: 3, 128: 4}
+    return _frame([(m, n, s, "P", cell[(m, n)] + shift[s]
+                    + wobble_scale * wobble[s] * scale[n] * (1 if m == "a" else -1))
+                   for (m, n) in cell for s in range(4)])
+
+
+def test_a_seed_shift_shared_by_every_row_is_fitted_and_removed():
+    """The balanced design with seeds 0-3 shifting every run by +6, -2, 0, -4 (sum 0): the seed
+    test rejects, the model fits the seed (sum-to-zero), its effects are the shifts, the scores
+    are still 30 and 20, three degrees of freedom go to the seed (32 - 8 - 3), and the error SD
+    is below that of the model without the seed on the same runs (which takes the shifts as
+    noise). Where 'b' lacks seed 0 (the +6 one) the raw mean of its stale cells is 2 points low
+    (the other seeds' mean shift); the fitted seed restores b's score to 20."""
+    data = _shifted_rows((6, -2, 0, -4))
+    r = stats.fit_leaderboard(data)
+    assert r["seed"]["fitted"] and r["seed"]["p"] < 0.01
+    for s, shift in enumerate((6, -2, 0, -4)):
+        assert r["seed"]["effects"][s][0] == pytest.approx(shift, abs=1e-9)
+    assert r["score"]["a"][0] == pytest.approx(30, abs=1e-9) and r["score"]["b"][0] == pytest.approx(20, abs=1e-9)
+    assert r["df"] == 32 - 8 - 3
+    _, without, _ = stats._fgls(data.assign(cell=data["method"] + "@" + data["N"].astype(str)))
+    assert all(r["sigma"][n] < without[n] for n in DELAYS)
+    assert r["sigma"][0] < 0.5 * without[0]
+    partial = _shifted_rows((6, -2, 0, -4), wobble_scale=0.01)
+    partial = partial[~((partial["method"] == "b") & (partial["seed"] == 0))]
+    raw = partial[(partial["method"] == "b") & (partial["N"] > 0)]["y"].mean()
+    assert raw == pytest.approx(18, abs=0.05)
+    r = stats.fit_leaderboard(partial)
+    assert r["seed"]["fitted"] and r["score"]["b"][0] == pytest.approx(20, abs=0.05)
+    assert not stats.fit_leaderboard(_shifted_rows((0, 0, 0, 0)))["seed"]["fitted"]
+
+
 def test_the_rounding_path_factor_undoes_a_confounded_design():
     """Method 'b' ran only on path Q for seeds 0-1, 'grpo_tis' on both paths at every seed; path
     Q adds +6 points to every run. The raw mean credits 'b' with part of Q's +6; the model
