@@ -659,6 +659,9 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
         if seed["effects"]:
             lines[-1] += " Effects (points, 95% t): " + ", ".join(
                 f"seed {lvl} {e:+.1f} ± {h:.1f}" for lvl, (e, h) in seed["effects"].items()) + "."
+        if seed["per_n"]:
+            lines[-1] += (" A shift per seed and N (the sweep's blocks) against one per seed: "
+                          f"F = {seed['per_n']['F']:.2f}, p = {seed['per_n']['p']:.2g}.")
     path = result["path"]
     counts = data["path"].value_counts()
     if path["effects"]:

@@ -25,7 +25,8 @@ The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage po
   close, the shared draws dominate and the test rejects by far; there the model adds s[seed]
   (its fit refused, and the model kept, where s is not estimable apart from the path), which
   removes the shared shift from every comparison and adjusts a row that has only some of the
-  seeds for which seeds it has.
+  seeds for which seeds it has. One shift per seed and N (the sweep's block) is tested against
+  one per seed (printed): a seed that shifted the rows differently at each N would show there.
 - sigma[N]: the residual SD per N. A processor or seed change moves a cell by more at larger N
   (the trajectories part earlier and end further apart), and a Levene test across N rejects
   equal variances while one across methods within each N does not (both printed); so the
@@ -83,17 +84,32 @@ FGLS_TOLERANCE = 1e-10  # relative change of every sigma[N] that counts as the f
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-def _formula(data: pd.DataFrame, seed: bool = False) -> str:
+def _formula(data: pd.DataFrame, seed: bool = False, block: bool = False) -> str:
+    """The model's formula; `seed`: with the seed term; `block`: with one per seed and N instead."""
     terms = ["0 + C(cell)"]
     terms += ["C(path, Sum)"] if data["path"].nunique() > 1 else []
-    terms += ["C(seed, Sum)"] if seed and data["seed"].nunique() > 1 else []
+    terms += ["C(seed, Sum)"] if (seed or block) and data["seed"].nunique() > 1 else []
+    terms += [c for c in data.columns if c.startswith(SEED_BY_N)] if block else []
     return "y ~ " + " + ".join(terms)
 
 
-def _fgls(data: pd.DataFrame, seed: bool = False):
-    """(fit, {N: sigma}) of the model (with the seed term if `seed`) with weights 1 / sigma[N]^2
-    at their fixed point."""
-    formula, weights, sigma = _formula(data, seed), np.ones(len(data)), {}
+SEED_BY_N = "seed_x_N_"  # the columns of the seed x N interaction (_with_seed_by_n)
+
+
+def _with_seed_by_n(data: pd.DataFrame) -> pd.DataFrame:
+    """data with the sum-to-zero seed x N interaction as columns (products of the two factors'
+    sum-to-zero codes: patsy codes a factor without its main effect in full, which the cells
+    would alias)."""
+    seeds, ns = sorted(data["seed"].unique()), sorted(data["N"].unique())
+    code = lambda v, levels, k: (v == levels[k]).astype(float) - (v == levels[-1]).astype(float)
+    return data.assign(**{f"{SEED_BY_N}{i}_{j}": code(data["seed"], seeds, i) * code(data["N"], ns, j)
+                          for i in range(len(seeds) - 1) for j in range(len(ns) - 1)})
+
+
+def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False):
+    """(fit, {N: sigma}) of the model (with the seed term if `seed`, one per seed and N if
+    `block`) with weights 1 / sigma[N]^2 at their fixed point."""
+    formula, weights, sigma = _formula(data, seed, block), np.ones(len(data)), {}
     groups = {n: np.flatnonzero(data["N"].to_numpy() == n) for n in sorted(data["N"].unique())}
     for _ in range(FGLS_ROUNDS):
         with warnings.catch_warnings():  # refused below, with the reason
@@ -132,13 +148,21 @@ def _fit(data: pd.DataFrame) -> tuple:
     """(fit, {N: sigma}, seed test) of the model, with the seed term where its test rejects at
     ALPHA and it is estimable apart from the path."""
     fit, sigma, weights = _fgls(data)
-    seed = {**_seed_test(data, fit, weights, sigma), "fitted": False}
+    seed = {**_seed_test(data, fit, weights, sigma), "fitted": False, "per_n": None}
     if seed["p"] is not None and seed["p"] < ALPHA:
         try:
-            fit, sigma, _ = _fgls(data, seed=True)
+            fit, sigma, weights = _fgls(data, seed=True)
             seed["fitted"] = True
         except ValueError:  # a seed run on one kind alone: not estimable apart from the path
-            pass
+            return fit, sigma, seed
+        if data["N"].nunique() > 1:  # one shift per seed and N (the sweep's block) against one per seed
+            try:  # both at the larger model's weights (its SD per N is not inflated by the blocks)
+                per_n, _, block_weights = _fgls(_with_seed_by_n(data), block=True)
+            except ValueError:  # no residual left: nothing to test against
+                return fit, sigma, seed
+            one = smf.wls(_formula(data, seed=True), data, weights=block_weights).fit()
+            f, p, _ = per_n.compare_f_test(one)
+            seed["per_n"] = {"F": float(f), "p": float(p)}
     return fit, sigma, seed
 
 
