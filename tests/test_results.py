@@ -140,25 +140,18 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     """The readings docs/leaderboard.md and the README state about the leaderboard, checked
     against the committed table (figures/leaderboard_v3_toy.md, which the test above checks is
     what `make tables` makes): a reading that stops holding as seeds land fails here."""
-    with open(os.path.join(ROOT, "figures", "leaderboard_v3_toy.md")) as f:
-        text = f.read()
-    header, _, *body = text.split("\n\n")[1].splitlines()
-    columns = header.strip("| ").split(" | ")
-    rows = {cells[1]: dict(zip(columns, cells)) for cells in (l.strip("| ").split(" | ") for l in body)}
-    vs_tis, vs_grpo = "vs GRPO+TIS (simultaneous 95%)", "vs GRPO (simultaneous 95%)"
+    text, rows = leaderboard_rows("leaderboard_v3_toy.md")
     ppo = rows["PPO vs sampler (GRPO, behavior anchor)"]
-    above = lambda cell: cell.startswith("+") and cell.endswith("*")  # interval above zero
-    assert above(ppo[vs_tis]) and above(ppo[vs_grpo])
+    assert above(ppo[VS_TIS]) and above(ppo[VS_GRPO])
     top = [name for name, row in rows.items() if "a" in row["tier"]]
-    assert top and all(above(rows[m][vs_tis]) and above(rows[m][vs_grpo]) for m in top)
-    assert above(rows["GRPO+TIS"][vs_grpo])
+    assert top and all(above(rows[m][VS_TIS]) and above(rows[m][VS_GRPO]) for m in top)
+    assert above(rows["GRPO+TIS"][VS_GRPO])
     # the newest corrections: REC one-side and AsymRE above PPO's clip against the sampler; the
     # masks and searches on top of that clip not above it; AsymRE's drop above zero; OAPL and
     # FlashREINFORCE below the base model at every N > 0 in every seed (a cell's last number is
     # its largest seed)
-    vs_ppo = "vs PPO vs sampler (GRPO, behavior anchor) (simultaneous 95%)"
-    assert above(rows["REC-OneSide-NoIS"][vs_ppo]) and above(rows["AsymRE"][vs_ppo])
-    assert not any(above(rows[m][vs_ppo]) for m in ("TRM", "PPO+outlier RS (SkyRL)", "BAPO", "DPPO-KL"))
+    assert above(rows["REC-OneSide-NoIS"][VS_PPO]) and above(rows["AsymRE"][VS_PPO])
+    assert not any(above(rows[m][VS_PPO]) for m in ("TRM", "PPO+outlier RS (SkyRL)", "BAPO", "DPPO-KL"))
     drop, half = (float(x) for x in rows["AsymRE"]["drop from N=0 (95%)"].split(" ± "))
     assert drop - half > 0
     base = float(re.search(r"The base model .*?: ([\d.]+) \(", text).group(1))
@@ -172,6 +165,28 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     assert float(path.group(1)) < 0.05 and float(seed.group(1)) >= 0.05
     late = re.search(r"\| all \| \d+ \| \d+ \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|", text)
     assert float(late.group(1)) > 0.75  # the late mean's SD is less than a quarter lower (docs)
+
+
+VS_TIS, VS_GRPO = "vs GRPO+TIS (simultaneous 95%)", "vs GRPO (simultaneous 95%)"
+VS_PPO = "vs PPO vs sampler (GRPO, behavior anchor) (simultaneous 95%)"
+
+
+def above(cell):
+    """A reference difference whose simultaneous interval lies above zero."""
+    return cell.startswith("+") and cell.endswith("*")
+
+
+def below(cell):
+    return cell.startswith("-") and cell.endswith("*")
+
+
+def leaderboard_rows(name):
+    """(the text, {method: {column: cell}}) of a committed leaderboard table under figures/."""
+    with open(os.path.join(ROOT, "figures", name)) as f:
+        text = f.read()
+    header, _, *body = text.split("\n\n")[1].splitlines()
+    columns = header.strip("| ").split(" | ")
+    return text, {cells[1]: dict(zip(columns, cells)) for cells in (l.strip("| ").split(" | ") for l in body)}
 
 
 def test_the_anchor_reading_holds_in_the_generated_drift_table():
