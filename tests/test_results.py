@@ -291,3 +291,22 @@ def test_the_seed_readings_hold_in_the_generated_tables():
         line = seed_line(name)
         assert line.startswith("**The seed** (fitted") and float(re.search(r"F = ([\d.]+)", line).group(1)) > 50
         assert float(re.search(r"against one per seed: F = [\d.]+, p = (\d+(?:\.\d+)?(?:e-?\d+)?)", line).group(1)) > 0.05
+
+
+def test_the_newest_readings_at_the_second_step_hold_in_the_generated_table():
+    """docs/leaderboard.md's readings of the nine newest corrections at lr 5e-5: seven in the top
+    tier, level with PPO against the sampler and with GRPO+TIS; FlashREINFORCE below both and
+    above GRPO, its gate rejecting more than half of the responses at N = 32; OAPL at 0% at
+    every N > 0 in every seed (a cell's last number is its largest seed)."""
+    _, rows = leaderboard_rows("leaderboard_lr5e-5_toy.md")
+    score = lambda m: float(rows[m]["staleness score (95%)"].split(" ± ")[0])
+    top = set(rows[max(rows, key=score)]["tier"])
+    level = lambda cell: not above(cell) and not below(cell)
+    for m in ("TRM", "PPO+outlier RS (SkyRL)", "DPPO-KL", "REC-OneSide-NoIS", "REC-Ring-NoIS", "AsymRE", "BAPO"):
+        assert top & set(rows[m]["tier"]) and level(rows[m][VS_PPO]) and level(rows[m][VS_TIS]), m
+    assert rows["PPO+outlier RS (SkyRL)"]["is_masked_frac (%) at N=32"].startswith("0.0 ")
+    flash = rows["FlashREINFORCE"]
+    assert below(flash[VS_TIS]) and below(flash[VS_PPO]) and above(flash[VS_GRPO])
+    assert not top & set(flash["tier"]) and float(flash["is_masked_frac (%) at N=32"].split()[0]) > 50
+    assert all(float(re.findall(r"[\d.]+", rows["OAPL"][f"N={n}"])[-1]) < 0.5 for n in (8, 32, 128))
+    assert float(re.findall(r"[\d.]+", rows["OAPL"]["N=0"])[0]) > 50
