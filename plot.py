@@ -624,6 +624,7 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
     name = lambda m: method_style(m, order)[0]
     lines = ["", "**The model** (`stats.py`; statsmodels WLS, feasible GLS): final mean@k (%) = cell mean "
              "(method x N) + rounding path" + (" + seed" if result["seed"].get("fitted") else "")
+             + (" + seed x N" if (result["seed"].get("per_n") or {}).get("fitted") else "")
              + " + error, the path" + (" and the seed" if result["seed"].get("fitted") else "")
              + " fixed with sum-to-zero coding, "
              f"error SD per N: " + ", ".join(f"N = {n}: {s:.2f}" for n, s in sigma.items())
@@ -661,7 +662,9 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                 f"seed {lvl} {e:+.1f} ± {h:.1f}" for lvl, (e, h) in seed["effects"].items()) + "."
         if seed["per_n"]:
             lines[-1] += (" A shift per seed and N (the sweep's blocks) against one per seed: "
-                          f"F = {seed['per_n']['F']:.2f}, p = {seed['per_n']['p']:.2g}.")
+                          f"F = {seed['per_n']['F']:.2f}, p = {seed['per_n']['p']:.2g}"
+                          + ("; it rejects at 5%, so the model takes one shift per seed and N (the "
+                             "effects above are their means over N)." if seed["per_n"]["fitted"] else "."))
     path = result["path"]
     counts = data["path"].value_counts()
     if path["effects"]:

@@ -4,7 +4,7 @@ simultaneous intervals, tiers, rank intervals and the seeds a comparison needs.
 
 The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage points:
 
-    y_r = mu[method_r, N_r] + k[path_r] (+ s[seed_r]) + e_r,        e_r ~ Normal(0, sigma[N_r]^2)
+    y_r = mu[method_r, N_r] + k[path_r] (+ s[seed_r] (+ sn[seed_r, N_r])) + e_r,   e_r ~ Normal(0, sigma[N_r]^2)
 
 - mu: one mean per cell (method x N), fixed: the quantities of interest.
 - k: the rounding path (processor kind; thread count and matmul backend when a table mixes
@@ -25,8 +25,10 @@ The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage po
   close, the shared draws dominate and the test rejects by far; there the model adds s[seed]
   (its fit refused, and the model kept, where s is not estimable apart from the path), which
   removes the shared shift from every comparison and adjusts a row that has only some of the
-  seeds for which seeds it has. One shift per seed and N (the sweep's block) is tested against
-  one per seed (printed): a seed that shifted the rows differently at each N would show there.
+  seeds for which seeds it has. One shift per seed and N (the sweep's block: the seed x N
+  interaction, sum-to-zero, on top of s) is tested against one per seed at the larger model's
+  weights (printed) and fitted where that rejects at ALPHA; the cells stay at each N's average
+  seed.
 - sigma[N]: the residual SD per N. A processor or seed change moves a cell by more at larger N
   (the trajectories part earlier and end further apart), and a Levene test across N rejects
   equal variances while one across methods within each N does not (both printed); so the
@@ -157,12 +159,14 @@ def _fit(data: pd.DataFrame) -> tuple:
             return fit, sigma, seed
         if data["N"].nunique() > 1:  # one shift per seed and N (the sweep's block) against one per seed
             try:  # both at the larger model's weights (its SD per N is not inflated by the blocks)
-                per_n, _, block_weights = _fgls(_with_seed_by_n(data), block=True)
+                per_n, per_n_sigma, block_weights = _fgls(_with_seed_by_n(data), block=True)
             except ValueError:  # no residual left: nothing to test against
                 return fit, sigma, seed
             one = smf.wls(_formula(data, seed=True), data, weights=block_weights).fit()
             f, p, _ = per_n.compare_f_test(one)
-            seed["per_n"] = {"F": float(f), "p": float(p)}
+            seed["per_n"] = {"F": float(f), "p": float(p), "fitted": bool(p < ALPHA)}
+            if p < ALPHA:  # the shift differs by N: one per seed and N, the sweep's block
+                fit, sigma = per_n, per_n_sigma
     return fit, sigma, seed
 
 

@@ -55,7 +55,8 @@ def test_a_seed_shift_shared_by_every_row_is_fitted_and_removed():
     test rejects, the model fits the seed (sum-to-zero), its effects are the shifts, the scores
     are still 30 and 20, three degrees of freedom go to the seed (32 - 8 - 3), and the error SD
     is below that of the model without the seed on the same runs (which takes the shifts as
-    noise). One shift per seed and N fits no better (F 0) unless the seeds shift N = 0 apart. Where 'b' lacks seed 0 (the +6 one) the raw mean of its stale cells is 2 points low
+    noise). One shift per seed and N fits no better (F 0) unless the seeds shift N = 0 apart (then it
+    is fitted, and the cells stay at each N's average seed). Where 'b' lacks seed 0 (the +6 one) the raw mean of its stale cells is 2 points low
     (the other seeds' mean shift); the fitted seed restores b's score to 20."""
     data = _shifted_rows((6, -2, 0, -4))
     r = stats.fit_leaderboard(data)
@@ -66,7 +67,9 @@ def test_a_seed_shift_shared_by_every_row_is_fitted_and_removed():
     assert r["df"] == 32 - 8 - 3
     assert r["seed"]["per_n"]["F"] == pytest.approx(0, abs=1e-9)  # the same shift at every N
     varies = data.assign(y=data["y"] + (data["N"] == 0) * data["seed"].map({0: 10, 1: -10, 2: 10, 3: -10}))
-    assert stats.fit_leaderboard(varies)["seed"]["per_n"]["p"] < 0.05  # N = 0's seeds shift apart
+    per_n = stats.fit_leaderboard(varies)  # N = 0's seeds shift apart: one shift per seed and N
+    assert per_n["seed"]["per_n"]["p"] < 0.05 and per_n["seed"]["per_n"]["fitted"]
+    assert per_n["drop"]["a"][0] == pytest.approx(30 - 50, abs=1e-9) and per_n["df"] == 32 - 8 - 3 - 9
     _, without, _ = stats._fgls(data.assign(cell=data["method"] + "@" + data["N"].astype(str)))
     assert all(r["sigma"][n] < without[n] for n in DELAYS)
     assert r["sigma"][0] < 0.5 * without[0]
