@@ -87,7 +87,8 @@ LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def _formula(data: pd.DataFrame, seed: bool = False, block: bool = False) -> str:
-    """The model's formula; `seed`: with the seed term; `block`: with one per seed and N instead."""
+    """The model's formula; `seed`: with the seed term; `block`: with it and the seed x N columns
+    of _with_seed_by_n on top."""
     terms = ["0 + C(cell)"]
     terms += ["C(path, Sum)"] if data["path"].nunique() > 1 else []
     terms += ["C(seed, Sum)"] if (seed or block) and data["seed"].nunique() > 1 else []
@@ -153,7 +154,7 @@ def _fit(data: pd.DataFrame) -> tuple:
     seed = {**_seed_test(data, fit, weights, sigma), "fitted": False, "per_n": None}
     if seed["p"] is not None and seed["p"] < ALPHA:
         try:
-            fit, sigma, weights = _fgls(data, seed=True)
+            fit, sigma, _ = _fgls(data, seed=True)
             seed["fitted"] = True
         except ValueError:  # a seed run on one kind alone: not estimable apart from the path
             return fit, sigma, seed

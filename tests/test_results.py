@@ -230,14 +230,14 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     assert float(beyond[one_way]["AsymRE"]) < 0 < float(beyond[other_way]["AsymRE"])
     assert float(beyond[other_way].get("FlashREINFORCE", "-1")) < 0
     assert set(beyond[other_way]) <= {"AsymRE", "FlashREINFORCE", "REC-Ring-NoIS"}
-    lr5e5 = smaller_step_tiers(text)
+    lr5e5 = smaller_step_rows(text)
     with open(os.path.join(ROOT, "configs", "sweep_leaderboard_lr5e-5_toy.yaml")) as f:
         names = yaml.safe_load(f)["grid"]["loss"] + ["grpo_behavior"]  # + grpo's `only` anchor
     # the second step's fifteen rows (the newest corrections join that table as they land)
     ladder = {plot.method_style(m, names)[0] for m in names}
     assert len(ladder) == 15
     assert ladder <= set(lr5e5)
-    vs_tis = smaller_step_vs_tis(text)  # every row of the fifteen but AGRO (and GRPO) within 5 points of GRPO+TIS
+    vs_tis = {m: cells[9] for m, cells in lr5e5.items()}  # every row of the fifteen but AGRO (and GRPO) within 5 points of GRPO+TIS
     far = {m for m in ladder - {"GRPO+TIS"} if abs(float(vs_tis[m].split(" ± ")[0])) >= 5}
     assert far == {"AGRO", "GRPO"} and all(float(vs_tis[m].split(" ± ")[0]) < -15 for m in far)
     regime = lambda t: dict(re.findall(r"^\| ([\d.e-]+) \| [^\n]* \| (yes|no) \|$", t, re.M))
@@ -245,32 +245,19 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     with open(os.path.join(ROOT, "figures", "drift_lr1.25e-5_toy.md")) as f:
         small = f.read()
     assert regime(small) == {"0.0002": "no", "1.25e-05": "yes"}
-    scores = smaller_step_scores(small)
+    scores = {m: float(cells[8].split("±")[0]) for m, cells in smaller_step_rows(small).items()}
     assert len(scores) == 5 and max(scores.values()) - min(scores.values()) < 3  # within 3 points
     # each within 3 points of its own N = 0 (the drop column of the lr 1.25e-5 leaderboard)
-    with open(os.path.join(ROOT, "figures", "leaderboard_lr1.25e-5_toy.md")) as f:
-        table = f.read().split("| tier | method |")[1].split("\n\n")[0].splitlines()[2:]
-        drops = [float(row.split("|")[5].split("±")[0]) for row in table]
+    _, rows = leaderboard_rows("leaderboard_lr1.25e-5_toy.md")
+    drops = [float(row["drop from N=0 (95%)"].split(" ± ")[0]) for row in rows.values()]
     assert len(drops) == 5 and all(-3 < d <= 0.5 for d in drops)
 
 
-def smaller_step_tiers(text):
-    """{method: its tier at the smaller step size} from a drift file's "Tiers at both step sizes"."""
+def smaller_step_rows(text):
+    """{method: its cells} of a drift file's "Tiers at both step sizes" (cells[6] the smaller step's
+    tier, cells[8] its score, cells[9] its difference to GRPO+TIS)."""
     rows = text.split("**Tiers at both step sizes**")[1].split("\n\n")[1].splitlines()[2:]
-    return {cells[1].strip(): cells[6].strip() for cells in (row.split("|") for row in rows)}
-
-
-def smaller_step_vs_tis(text):
-    """{method: its difference to GRPO+TIS at the smaller step size} from a drift file's "Tiers
-    at both step sizes"."""
-    rows = text.split("**Tiers at both step sizes**")[1].split("\n\n")[1].splitlines()[2:]
-    return {cells[1].strip(): cells[9].strip() for cells in (row.split("|") for row in rows)}
-
-
-def smaller_step_scores(text):
-    """{method: its score at the smaller step size} from a drift file's "Tiers at both step sizes"."""
-    rows = text.split("**Tiers at both step sizes**")[1].split("\n\n")[1].splitlines()[2:]
-    return {cells[1].strip(): float(cells[8].split("±")[0]) for cells in (row.split("|") for row in rows)}
+    return {cells[1].strip(): [c.strip() for c in cells] for cells in (row.split("|") for row in rows)}
 
 
 def share_clip_2e4_n8(section):
