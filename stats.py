@@ -387,14 +387,20 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     over the methods with N = 0 runs and stale runs at two N or more (a and b identifiable).
     For each such method with N = 0 and stale runs in test_runs, its stale runs' mean prediction
     error, mean(y - ybar_0) - (a + b mean(x)) with ybar_0 the mean of its own N = 0 test runs,
-    has variance s^2 / n + s^2 / n_0 + the fit's variance of a + b mean(x). Returns per method:
+    has variance sum over its n stale runs r of t[N_r]^2 / n^2 + t[0]^2 / n_0 + the fit's
+    variance of a + b mean(x), where t[N] is the test step size's own noise at N: the SD of its
+    runs about their method x N cell means, pooled over the methods (_within_cell_sd; s where an
+    N has no replicate). The noise grows with N and differs between step sizes, so each side is
+    judged against its own; where a seed shifts every row alike (the smaller steps), t counts
+    that shift, which the paired stale-minus-N = 0 difference partly cancels: conservative.
+    Returns per method:
     runs, error, its standard error, z, its two-sided normal p, p_holm (Holm over the methods
     tested) and `refuted` (p_holm < 0.05); `cells`, per method x N of the
     test runs: runs, mean drift, observed and predicted drop from N = 0 and their difference;
     and whether its mean drift lies inside the range of the method's fitted stale runs (`inside`:
     else the line is extrapolated); `rmse`, the root mean square of the cells' errors (`rmse_inside`:
-    of the cells inside); `seed_sd` = s, the noise the errors are
-    judged against; `lines`, per method fitted, (a, b); `chi2`, `chi2_df`, `chi2_p`: sum of the methods' z^2 against chi-square with
+    of the cells inside); `seed_sd` = s, the fit's residual SD; `test_sd` = {N: t[N]};
+    `lines`, per method fitted, (a, b); `chi2`, `chi2_df`, `chi2_p`: sum of the methods' z^2 against chi-square with
     one degree of freedom per method (the joint test of the hypothesis). `inside`: the same
     per-method tests and joint test on the stale runs of the cells inside the fitted range only
     (no extrapolation of the line), for the methods that have such cells."""
@@ -411,21 +417,24 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     train = train[train["method"].isin(methods)]
     if not methods:
         nothing = {"methods": {}, "chi2": math.nan, "chi2_df": 0, "chi2_p": math.nan}
-        return {**nothing, "inside": nothing, "cells": [], "seed_sd": math.nan, "fit": None,
-                "lines": {}, "rmse": math.nan, "rmse_inside": math.nan}
+        return {**nothing, "inside": nothing, "cells": [], "seed_sd": math.nan, "test_sd": {},
+                "fit": None, "lines": {}, "rmse": math.nan, "rmse_inside": math.nan}
     design = np.column_stack([col for m in methods for col in (
         (train["method"] == m).to_numpy(float), (train["method"] == m) * train["stale"],
         (train["method"] == m) * train["stale"] * train["x"])])
     fit = sm.OLS(train["y"].to_numpy(float), design).fit()
     s2 = float(fit.scale)
     lines = {m: (float(fit.params[3 * k + 1]), float(fit.params[3 * k + 2])) for k, m in enumerate(methods)}
+    noise = _within_cell_sd(test)
+    t2 = lambda ns: sum(noise.get(n, math.sqrt(s2)) ** 2 for n in ns)  # summed over runs at these N
 
     def judged(k: int, m: str, stale: pd.DataFrame, base: pd.DataFrame) -> dict:
         c = np.zeros(design.shape[1])
         c[3 * k + 1], c[3 * k + 2] = 1.0, float(stale["x"].mean())
         predicted = lines[m][0] + lines[m][1] * c[3 * k + 2]
         error = float((stale["y"] - base["y"].mean()).mean()) - predicted
-        se = math.sqrt(s2 / len(stale) + s2 / len(base) + float(c @ fit.cov_params() @ c))
+        se = math.sqrt(t2(stale["N"]) / len(stale) ** 2 + t2(base["N"]) / len(base) ** 2
+                       + float(c @ fit.cov_params() @ c))
         return {"runs": len(stale), "error": error, "se": se, "z": error / se,
                 "p": float(2 * scipy.stats.norm.sf(abs(error / se)))}
 
@@ -458,8 +467,17 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
         if inside_n:
             per_inside[m] = judged(k, m, stale[stale["N"].isin(inside_n)], base)
     return {**family(per), "inside": family(per_inside), "cells": cells, "seed_sd": math.sqrt(s2),
-            "fit": fit, "lines": lines, "rmse": rms([c["error"] for c in cells]),
+            "test_sd": noise, "fit": fit, "lines": lines, "rmse": rms([c["error"] for c in cells]),
             "rmse_inside": rms([c["error"] for c in cells if c["inside"]])}
+
+
+def _within_cell_sd(runs: pd.DataFrame) -> dict:
+    """{N: the SD of the runs at N about their method x N cell means, pooled over the methods}, for
+    the N with a replicated cell. runs: columns method, N, y."""
+    cell = runs.groupby(["method", "N"])["y"]
+    squares = ((runs["y"] - cell.transform("mean")) ** 2).groupby(runs["N"]).sum()
+    dof = (cell.count() - 1).groupby(level="N").sum()
+    return {int(n): math.sqrt(float(squares[n]) / float(dof[n])) for n in dof.index if dof[n] > 0}
 
 
 def drift_verdict(one_way: dict, other_way: dict) -> dict:

@@ -4,6 +4,7 @@ import gzip
 import json
 import os
 import re
+import statistics
 
 import yaml
 
@@ -207,7 +208,8 @@ def test_the_anchor_reading_holds_in_the_generated_drift_table():
 
 def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     """docs/leaderboard.md's verdict on the drift hypothesis and its default-lr decision: refuted
-    jointly in both directions (no method after Holm); fitting lr 2e-4, every method beyond 2 SE
+    jointly in both directions and for single methods after Holm, each a truncated or gated weight
+    or AsymRE; fitting lr 2e-4, every method beyond 2 SE
     erring upward one of the truncated or gated weights, AsymRE the other way in both directions,
     FlashREINFORCE and REC ring the only others beyond 2 SE fitting lr 5e-5; at lr 5e-5 every row of the
     second step's fifteen but AGRO and GRPO within 5 points of GRPO+TIS (the README too); N = 8 mild at lr 1.25e-5 alone, whose five rows
@@ -218,16 +220,21 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     verdict = re.search(r"\*\*The verdict\*\* .*", text).group(0)
     assert "family-wise 5%): refuted." in verdict
     one_way, other_way = verdict.split("; fitted at lr 5e-05")
-    beyond = {}
+    beyond, refuted = {}, set()
     for way in (one_way, other_way):
         assert float(re.search(r"joint p = ([\d.e-]+) on", way).group(1)) < 0.025
-        assert "refuted after Holm: none" in way
+        names = re.search(r"refuted after Holm: (.*?); beyond", way).group(1)
+        refuted |= set() if names == "none" else set(names.split(", "))
         beyond[way] = dict(re.findall(r" ?([^,]+?) ([+-][\d.]+) \(z ", way.split("beyond 2 SE unadjusted: ")[1]))
     gated = ("GRPO+TIS", "GRPO+seq-TIS", "IcePop (prime-rl form)", "FlashREINFORCE")
+    assert refuted and refuted <= set(gated) | {"AsymRE"}
     upward = {m: float(e) for m, e in beyond[one_way].items() if float(e) > 0}
     assert upward and set(upward) <= set(gated) and all(10 < e < 20 for e in upward.values())
     assert {m for m, e in beyond[one_way].items() if float(e) < 0} <= {"AsymRE"}
     assert float(beyond[one_way]["AsymRE"]) < 0 < float(beyond[other_way]["AsymRE"])
+    _, lr2e4 = leaderboard_rows("leaderboard_v3_toy.md")  # AsymRE's own N = 0: 5+ points below most rows'
+    on_policy = {m: float(r["N=0"].split()[0]) for m, r in lr2e4.items()}
+    assert on_policy["AsymRE"] < statistics.median(on_policy.values()) - 5
     assert float(beyond[other_way].get("FlashREINFORCE", "-1")) < 0
     assert set(beyond[other_way]) <= {"AsymRE", "FlashREINFORCE", "REC-Ring-NoIS"}
     lr5e5 = smaller_step_rows(text)

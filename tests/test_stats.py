@@ -154,6 +154,28 @@ def drift_runs(lr_shift: float, drift_scale: float, seed: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def test_drift_prediction_judges_each_step_size_against_its_own_noise():
+    """The tested side's noise is its own (SD about the method x N means, per N), not the fit's:
+    three times the noise at the tested step size gives three times its share of the error's
+    variance, and the hypothesis (true here) is not refuted for it."""
+    fit_on, quiet = drift_runs(0.0, 1.0, seed=0), drift_runs(0.0, 0.1, seed=1)
+    noisy = quiet.assign(y=quiet["y"] + 2.0 * (quiet["y"] - quiet.groupby(["method", "N"])["y"].transform("mean")))
+    a, b = stats.drift_prediction(fit_on, quiet), stats.drift_prediction(fit_on, noisy)
+    assert a["seed_sd"] == b["seed_sd"]  # the same fit
+    for n, sd in a["test_sd"].items():
+        assert b["test_sd"][n] == pytest.approx(3 * sd)
+        group = quiet[quiet["N"] == n].groupby("method")["y"]  # 2 methods x 5 seeds: 8 degrees of freedom
+        assert sd == pytest.approx(math.sqrt(sum(g.var() * 4 for _, g in group) / 8))
+    for m in a["methods"]:
+        own = quiet[quiet["method"] == m]
+        fit_share = a["methods"][m]["se"] ** 2 - sum(a["test_sd"][n] ** 2 for n in own["N"] if n) / 15 ** 2 \
+            - a["test_sd"][0] ** 2 / 5
+        assert 0 < fit_share < a["methods"][m]["se"] ** 2
+        assert b["methods"][m]["se"] ** 2 == pytest.approx(9 * (a["methods"][m]["se"] ** 2 - fit_share) + fit_share)
+        assert b["methods"][m]["error"] == pytest.approx(a["methods"][m]["error"])  # the means are the same
+        assert not b["methods"][m]["refuted"]
+
+
 def test_drift_prediction_holds_out_of_sample_and_refutes_a_step_size_effect():
     fit_on = drift_runs(0.0, 1.0, seed=0)
     same = stats.drift_prediction(fit_on, drift_runs(0.0, 0.1, seed=1))  # 10x smaller drift
