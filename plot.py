@@ -1069,10 +1069,11 @@ def drift_lines(pred: dict, lr_fit: float, lr_test: float, name) -> list:
     if not pred["methods"]:
         return ["", head + ": no method has N = 0 and stale runs at both step sizes (and stale runs at "
                 "two N or more where it is fitted) yet."]
-    noise = ", ".join(f"N = {n}: {v:.2f}" for n, v in sorted(pred["test_sd"].items()))
-    lines = ["", head + f" (`stats.drift_prediction`): the fit's residual SD {pred['seed_sd']:.2f} points; "
-             f"the noise the errors are judged against, lr {lr_test:g}'s own (its runs' SD about their "
-             f"method x N means, per N), {noise} points; RMS of the cells' errors {pred['rmse']:.2f} points "
+    noise = lambda sd: ", ".join(f"N = {n}: {v:.2f}" for n, v in sorted(sd.items()))
+    lines = ["", head + f" (`stats.drift_prediction`): each step size's noise, its runs' SD about their "
+             f"method x N means (points), at lr {lr_fit:g} {noise(pred['fit_sd'])} (the fit's weights; "
+             f"its residual scale against them {pred['scale']:.2f}, 1 where the lines fit the cells), "
+             f"at lr {lr_test:g} {noise(pred['test_sd'])} (the errors' noise); RMS of the cells' errors {pred['rmse']:.2f} points "
              + (f"({pred['rmse_inside']:.2f} over the {inside} cells whose drift lies inside the fitted "
                 f"runs' range, of {len(pred['cells'])}); " if inside else
                 f"(each of the {len(pred['cells'])} cells' drift lies outside the fitted runs' range: "

@@ -380,18 +380,20 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
 
     Each frame has one row per run: method, N, y (final accuracy, %) and drift (the run's mean K3
     between learner and sampler over its updates); x = log10(drift), stale = [N > 0]. On
-    fit_runs, OLS with a base per method and a drop linear in x on its stale runs:
+    fit_runs, WLS with a base per method and a drop linear in x on its stale runs:
 
-        y_r = c[method_r] + stale_r (a[method_r] + b[method_r] x_r) + e_r,   e_r ~ (0, s^2),
+        y_r = c[method_r] + stale_r (a[method_r] + b[method_r] x_r) + e_r,   e_r ~ (0, k f[N_r]^2),
 
-    over the methods with N = 0 runs and stale runs at two N or more (a and b identifiable).
+    over the methods with N = 0 runs and stale runs at two N or more (a and b identifiable), f[N]
+    the fitted step size's own noise at N (as t[N] below) and k the residual scale (about 1
+    where the lines fit the cells, above 1 by their lack of fit).
     For each such method with N = 0 and stale runs in test_runs, its stale runs' mean prediction
     error, mean(y - ybar_0) - (a + b mean(x)) with ybar_0 the mean of its own N = 0 test runs,
     has variance sum over its n stale runs r of t[N_r]^2 / n^2 + t[0]^2 / n_0 + the fit's
     variance of a + b mean(x), where t[N] is the test step size's own noise at N: the SD of its
-    runs about their method x N cell means, pooled over the methods (_within_cell_sd; s where an
-    N has no replicate). The noise grows with N and differs between step sizes, so each side is
-    judged against its own; where a seed shifts every row alike (the smaller steps), t counts
+    runs about their method x N cell means, pooled over the methods (_within_cell_sd; an N
+    without a replicate takes the largest). The noise grows with N and differs between step
+    sizes, so each side is weighed by its own; where a seed shifts every row alike (the smaller steps), t counts
     that shift, which the paired stale-minus-N = 0 difference partly cancels: conservative.
     Returns per method:
     runs, error, its standard error, z, its two-sided normal p, p_holm (Holm over the methods
@@ -399,7 +401,7 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     test runs: runs, mean drift, observed and predicted drop from N = 0 and their difference;
     and whether its mean drift lies inside the range of the method's fitted stale runs (`inside`:
     else the line is extrapolated); `rmse`, the root mean square of the cells' errors (`rmse_inside`:
-    of the cells inside); `seed_sd` = s, the fit's residual SD; `test_sd` = {N: t[N]};
+    of the cells inside); `fit_sd` = {N: f[N]}, `scale` = k, `test_sd` = {N: t[N]};
     `lines`, per method fitted, (a, b); `chi2`, `chi2_df`, `chi2_p`: sum of the methods' z^2 against chi-square with
     one degree of freedom per method (the joint test of the hypothesis). `inside`: the same
     per-method tests and joint test on the stale runs of the cells inside the fitted range only
@@ -417,16 +419,18 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     train = train[train["method"].isin(methods)]
     if not methods:
         nothing = {"methods": {}, "chi2": math.nan, "chi2_df": 0, "chi2_p": math.nan}
-        return {**nothing, "inside": nothing, "cells": [], "seed_sd": math.nan, "test_sd": {},
-                "fit": None, "lines": {}, "rmse": math.nan, "rmse_inside": math.nan}
+        return {**nothing, "inside": nothing, "cells": [], "fit_sd": {}, "scale": math.nan,
+                "test_sd": {}, "fit": None, "lines": {}, "rmse": math.nan, "rmse_inside": math.nan}
     design = np.column_stack([col for m in methods for col in (
         (train["method"] == m).to_numpy(float), (train["method"] == m) * train["stale"],
         (train["method"] == m) * train["stale"] * train["x"])])
-    fit = sm.OLS(train["y"].to_numpy(float), design).fit()
-    s2 = float(fit.scale)
+    fit_noise = _within_cell_sd(train)  # without a replicated cell: OLS, its residual SD the noise
+    f = lambda n: fit_noise.get(n, max(fit_noise.values(), default=1.0))
+    fit = sm.WLS(train["y"].to_numpy(float), design, weights=1 / train["N"].map(f).to_numpy(float) ** 2).fit()
     lines = {m: (float(fit.params[3 * k + 1]), float(fit.params[3 * k + 2])) for k, m in enumerate(methods)}
     noise = _within_cell_sd(test)
-    t2 = lambda ns: sum(noise.get(n, math.sqrt(s2)) ** 2 for n in ns)  # summed over runs at these N
+    fallback = max(noise.values(), default=max(fit_noise.values(), default=math.sqrt(fit.scale)))
+    t2 = lambda ns: sum(noise.get(n, fallback) ** 2 for n in ns)  # summed over runs at these N
 
     def judged(k: int, m: str, stale: pd.DataFrame, base: pd.DataFrame) -> dict:
         c = np.zeros(design.shape[1])
@@ -466,8 +470,8 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
                           "inside": inside})
         if inside_n:
             per_inside[m] = judged(k, m, stale[stale["N"].isin(inside_n)], base)
-    return {**family(per), "inside": family(per_inside), "cells": cells, "seed_sd": math.sqrt(s2),
-            "test_sd": noise, "fit": fit, "lines": lines, "rmse": rms([c["error"] for c in cells]),
+    return {**family(per), "inside": family(per_inside), "cells": cells, "fit_sd": fit_noise,
+            "scale": float(fit.scale), "test_sd": noise, "fit": fit, "lines": lines, "rmse": rms([c["error"] for c in cells]),
             "rmse_inside": rms([c["error"] for c in cells if c["inside"]])}
 
 

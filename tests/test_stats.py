@@ -155,13 +155,13 @@ def drift_runs(lr_shift: float, drift_scale: float, seed: int) -> pd.DataFrame:
 
 
 def test_drift_prediction_judges_each_step_size_against_its_own_noise():
-    """The tested side's noise is its own (SD about the method x N means, per N), not the fit's:
-    three times the noise at the tested step size gives three times its share of the error's
-    variance, and the hypothesis (true here) is not refuted for it."""
+    """Each side's noise is its own (SD about the method x N means, per N): three times the noise
+    at the tested step size gives three times its share of the error's SD, and the hypothesis
+    (true here) is not refuted for it; the fit weighs its runs by its own side's noise."""
     fit_on, quiet = drift_runs(0.0, 1.0, seed=0), drift_runs(0.0, 0.1, seed=1)
     noisy = quiet.assign(y=quiet["y"] + 2.0 * (quiet["y"] - quiet.groupby(["method", "N"])["y"].transform("mean")))
     a, b = stats.drift_prediction(fit_on, quiet), stats.drift_prediction(fit_on, noisy)
-    assert a["seed_sd"] == b["seed_sd"]  # the same fit
+    assert a["fit_sd"] == b["fit_sd"] and a["scale"] == b["scale"]  # the same fit
     for n, sd in a["test_sd"].items():
         assert b["test_sd"][n] == pytest.approx(3 * sd)
         group = quiet[quiet["N"] == n].groupby("method")["y"]  # 2 methods x 5 seeds: 8 degrees of freedom
@@ -174,12 +174,18 @@ def test_drift_prediction_judges_each_step_size_against_its_own_noise():
         assert b["methods"][m]["se"] ** 2 == pytest.approx(9 * (a["methods"][m]["se"] ** 2 - fit_share) + fit_share)
         assert b["methods"][m]["error"] == pytest.approx(a["methods"][m]["error"])  # the means are the same
         assert not b["methods"][m]["refuted"]
+    # the fitted side is weighed by its own noise too: five times the spread at N = 128 there
+    loud = fit_on["N"].eq(128) * 4.0 * (fit_on["y"] - fit_on.groupby(["method", "N"])["y"].transform("mean"))
+    c = stats.drift_prediction(fit_on.assign(y=fit_on["y"] + loud), quiet)
+    assert c["fit_sd"][128] == pytest.approx(5 * a["fit_sd"][128]) and c["fit_sd"][8] == a["fit_sd"][8]
+    assert c["scale"] == pytest.approx(a["scale"], rel=0.5)  # unweighted, several times larger
 
 
 def test_drift_prediction_holds_out_of_sample_and_refutes_a_step_size_effect():
     fit_on = drift_runs(0.0, 1.0, seed=0)
     same = stats.drift_prediction(fit_on, drift_runs(0.0, 0.1, seed=1))  # 10x smaller drift
-    assert same["seed_sd"] == pytest.approx(1.0, abs=0.3) and same["rmse"] < 2 * same["seed_sd"]
+    assert all(sd == pytest.approx(1.0, abs=0.4) for sd in [*same["fit_sd"].values(), *same["test_sd"].values()])
+    assert same["scale"] == pytest.approx(1.0, abs=0.4) and same["rmse"] < 2.0  # noise SD 1
     assert not any(m["refuted"] for m in same["methods"].values())
     assert all(m["runs"] == 15 and abs(m["error"]) < 3 * m["se"] for m in same["methods"].values())
     assert same["chi2_df"] == 2 and same["chi2_p"] > 0.01 and len(same["cells"]) == 6
@@ -195,7 +201,7 @@ def test_drift_prediction_holds_out_of_sample_and_refutes_a_step_size_effect():
     assert cell["predicted"] == pytest.approx(-5.0 - 10.0 * math.log10(cell["drift"]), abs=3.0)
     shifted = stats.drift_prediction(fit_on, drift_runs(6.0, 0.1, seed=1))  # the lr matters beyond drift
     assert all(m["refuted"] and abs(m["error"] - 6.0) < 3 * m["se"] for m in shifted["methods"].values())
-    assert shifted["rmse"] > 4 * shifted["seed_sd"] and shifted["chi2_p"] < 1e-6
+    assert shifted["rmse"] > 4.0 and shifted["chi2_p"] < 1e-6
     assert all(v["refuted"] for v in shifted["inside"]["methods"].values()) and shifted["inside"]["chi2_p"] < 1e-6
     assert stats.drift_prediction(fit_on, drift_runs(0.0, 1e-3, seed=1))["inside"] == {  # all below
         "methods": {}, "chi2": 0.0, "chi2_df": 0, "chi2_p": pytest.approx(math.nan, nan_ok=True)}
