@@ -635,6 +635,13 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
         lines.append(f"Levene across N: W = {lev.statistic:.2f}, p = {lev.pvalue:.2g}; across methods "
                      "within each N: " + ", ".join(f"N = {n}: p = {t.pvalue:.2f}"
                                                    for n, t in result["levene_methods"].items()) + ".")
+    on_policy = data[data["N"] == 0]
+    distinct = on_policy.groupby(["seed", "path", "y", "trajectory"]).ngroups
+    if distinct < len(on_policy):
+        lines.append(f"At N = 0 the {len(on_policy)} runs hold {distinct} distinct ones: methods that "
+                     "are the same computation on-policy give the same run at a seed and path, and the "
+                     "model counts each copy (every cell is right; sigma at N = 0 rests on fewer "
+                     "independent runs than its degrees of freedom say).")
     if not result["methods"]:
         return lines + ["", "No method has runs at every N of the staleness score yet (N = "
                         + ", ".join(map(str, stats.STALE_DELAYS)) + "): scores, tiers, the "
@@ -708,9 +715,13 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
 
 def leaderboard_data(runs: list) -> pd.DataFrame:
     """The leaderboard model's data (stats.fit_leaderboard): one row per run, its method, N, seed,
-    rounding path and final accuracy in %."""
+    rounding path and final accuracy in %; and `trajectory`, its training rewards per update
+    (two runs with the same are the same computation; the run's name where it logs none)."""
+    def trajectory(r):
+        rewards = [row["reward_mean"] for row in r["rows"] if row.get("reward_mean") is not None]
+        return json.dumps(rewards) if rewards else r["name"]
     return pd.DataFrame([{"method": method(r), "N": r["delay"], "seed": r["seed"], "path": rounding_path(r),
-                          "y": 100 * final_mean(r)} for r in runs])
+                          "y": 100 * final_mean(r), "trajectory": trajectory(r)} for r in runs])
 
 
 def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:

@@ -146,6 +146,21 @@ def test_leaderboard_table_from_the_pooled_model(tmp_path):
     assert list(rows).index("M2PO") < list(rows).index("GRPO+TIS")
     assert "**The model** (`stats.py`; statsmodels WLS" in table
     assert "**Seeds a comparison needs**" in table
+    assert "At N = 0 the" not in table  # M2PO's N = 0 runs end elsewhere than GRPO+TIS's: no copies
+
+
+def test_leaderboard_says_how_many_on_policy_runs_are_copies(tmp_path):
+    """Two methods that are the same computation on-policy: at N = 0, seeds 0-2, the same training
+    rewards and the same final accuracy, so 6 runs hold 3 distinct ones; their stale cells differ."""
+    runs = tmp_path / "runs"
+    for seed in (0, 1, 2):
+        for loss, shift in (("grpo_tis", 0.0), ("m2po", 0.1)):
+            _run(runs, 0.5 + 0.01 * seed, loss, 0, seed)
+            for delay in (8, 32, 128):
+                _run(runs, 0.3 + shift + 0.02 * seed - delay / 1000, loss, delay, seed)
+    out = str(tmp_path / "leaderboard.png")
+    plot.main(["leaderboard", str(runs), "--out", out])
+    assert "At N = 0 the 6 runs hold 3 distinct ones" in _table(out)
 
 
 def test_late_evaluation_measure_uses_the_same_runs(tmp_path):
