@@ -1084,7 +1084,8 @@ def drift_lines(pred: dict, lr_fit: float, lr_test: float, name) -> list:
     lines = ["", head + f" (`stats.drift_prediction`): each step size's noise, its runs' SD about their "
              f"method x N means (points), at lr {lr_fit:g} {noise(pred['fit_sd'])} (the fit's weights; "
              f"its residual scale against them {pred['scale']:.2f}, 1 where the lines fit the cells), "
-             f"at lr {lr_test:g} {noise(pred['test_sd'])} (the errors' noise); RMS of the cells' errors {pred['rmse']:.2f} points "
+             f"at lr {lr_test:g} {noise(pred['test_sd'])} (the errors' noise); "
+             f"RMS of the cells' errors {pred['rmse']:.2f} points "
              + (f"({pred['rmse_inside']:.2f} over the {inside} cells whose drift lies inside the fitted "
                 f"runs' range, of {len(pred['cells'])}); " if inside else
                 f"(each of the {len(pred['cells'])} cells' drift lies outside the fitted runs' range: "

@@ -393,17 +393,19 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     variance of a + b mean(x), where t[N] is the test step size's own noise at N: the SD of its
     runs about their method x N cell means, pooled over the methods (_within_cell_sd; an N
     without a replicate takes the largest). The noise grows with N and differs between step
-    sizes, so each side is weighed by its own; where a seed shifts every row alike (the smaller steps), t counts
-    that shift, which the paired stale-minus-N = 0 difference partly cancels: conservative.
-    Returns per method:
-    runs, error, its standard error, z, its two-sided normal p, p_holm (Holm over the methods
-    tested) and `refuted` (p_holm < 0.05); `cells`, per method x N of the
-    test runs: runs, mean drift, observed and predicted drop from N = 0 and their difference;
-    and whether its mean drift lies inside the range of the method's fitted stale runs (`inside`:
-    else the line is extrapolated); `rmse`, the root mean square of the cells' errors (`rmse_inside`:
-    of the cells inside); `fit_sd` = {N: f[N]}, `scale` = k, `test_sd` = {N: t[N]};
-    `lines`, per method fitted, (a, b); `chi2`, `chi2_df`, `chi2_p`: sum of the methods' z^2 against chi-square with
-    one degree of freedom per method (the joint test of the hypothesis). `inside`: the same
+    sizes, so each side is weighed by its own; where a seed shifts every row alike (the smaller
+    steps), t counts that shift, which the paired stale-minus-N = 0 difference partly cancels:
+    conservative.
+
+    Returns per method: runs, error, its standard error, z, its two-sided normal p, p_holm (Holm
+    over the methods tested) and `refuted` (p_holm < 0.05); `cells`, per method x N of the test
+    runs: runs, mean drift, observed and predicted drop from N = 0 and their difference; and
+    whether its mean drift lies inside the range of the method's fitted stale runs (`inside`:
+    else the line is extrapolated); `rmse`, the root mean square of the cells' errors
+    (`rmse_inside`: of the cells inside); `fit_sd` = {N: f[N]}, `scale` = k, `test_sd` = {N:
+    t[N]}; `lines`, per method fitted, (a, b); `chi2`, `chi2_df`, `chi2_p`: sum of the methods'
+    z^2 against chi-square with one degree of freedom per method (the joint test of the
+    hypothesis). `inside`: the same
     per-method tests and joint test on the stale runs of the cells inside the fitted range only
     (no extrapolation of the line), for the methods that have such cells."""
     rms = lambda errors: float(np.sqrt(np.mean(np.square(errors)))) if errors else math.nan
@@ -426,7 +428,8 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
         (train["method"] == m) * train["stale"] * train["x"])])
     fit_noise = _within_cell_sd(train)  # without a replicated cell: OLS, its residual SD the noise
     f = lambda n: fit_noise.get(n, max(fit_noise.values(), default=1.0))
-    fit = sm.WLS(train["y"].to_numpy(float), design, weights=1 / train["N"].map(f).to_numpy(float) ** 2).fit()
+    weights = 1 / train["N"].map(f).to_numpy(float) ** 2
+    fit = sm.WLS(train["y"].to_numpy(float), design, weights=weights).fit()
     lines = {m: (float(fit.params[3 * k + 1]), float(fit.params[3 * k + 2])) for k, m in enumerate(methods)}
     noise = _within_cell_sd(test)
     fallback = max(noise.values(), default=max(fit_noise.values(), default=math.sqrt(fit.scale)))
@@ -471,7 +474,8 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
         if inside_n:
             per_inside[m] = judged(k, m, stale[stale["N"].isin(inside_n)], base)
     return {**family(per), "inside": family(per_inside), "cells": cells, "fit_sd": fit_noise,
-            "scale": float(fit.scale), "test_sd": noise, "fit": fit, "lines": lines, "rmse": rms([c["error"] for c in cells]),
+            "scale": float(fit.scale), "test_sd": noise, "fit": fit, "lines": lines,
+            "rmse": rms([c["error"] for c in cells]),
             "rmse_inside": rms([c["error"] for c in cells if c["inside"]])}
 
 
