@@ -31,9 +31,11 @@ The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage po
   seed.
 - sigma[N]: the residual SD per N. A processor or seed change moves a cell by more at larger N
   (the trajectories part earlier and end further apart), and a Levene test across N rejects
-  equal variances while one across methods within each N does not (both printed); so the
-  weights are 1 / sigma[N]^2, sigma[N]^2 = sum of the N's squared residuals / sum of
-  (1 - leverage), iterated to a fixed point (FGLS).
+  equal variances (printed); so the weights are 1 / sigma[N]^2, pooled over the methods,
+  sigma[N]^2 = sum of the N's squared residuals / sum of (1 - leverage), iterated to a fixed
+  point (FGLS). The pooling is a simplification at lr 2e-4's N = 128, where a Levene test
+  across methods (printed per N) rejects: the rows that sometimes collapse spread more there
+  than those that hold.
 
 From the fit (cov: the parameters' covariance; t quantiles on the residual degrees of freedom):
 

@@ -160,7 +160,8 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
                for m in ("OAPL", "FlashREINFORCE") for n in (8, 32, 128))
     levene = re.search(r"Levene across N: W = [\d.]+, p = ([\d.e-]+); across methods within each N: (.*)\.", text)
     assert float(levene.group(1)) < 0.05
-    assert all(float(p) >= 0.05 for p in re.findall(r"p = ([\d.e-]+)", levene.group(2)))
+    within = dict(re.findall(r"N = (\d+): p = ([\d.e-]+)", levene.group(2)))
+    assert float(within["128"]) < 0.05  # the SD differs between methods at N = 128 (the docs say so)
     path = re.search(r"\*\*Rounding path effects\*\* .*?F = [\d.]+, p = ([\d.e-]+);", text)
     seed = re.search(r"\*\*The seed\*\* .*?F = [\d.]+, p = ([\d.e-]+);", text)
     assert float(path.group(1)) < 0.05 and float(seed.group(1)) >= 0.05
