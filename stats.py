@@ -428,13 +428,13 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     design = np.column_stack([col for m in methods for col in (
         (train["method"] == m).to_numpy(float), (train["method"] == m) * train["stale"],
         (train["method"] == m) * train["stale"] * train["x"])])
-    fit_noise = _within_cell_sd(train)  # without a replicated cell: OLS, its residual SD the noise
-    f = lambda n: fit_noise.get(n, max(fit_noise.values(), default=1.0))
-    weights = 1 / train["N"].map(f).to_numpy(float) ** 2
+    fit_noise = _within_cell_sd(train)
+    largest = max(fit_noise.values(), default=1.0)  # no replicated cell: weights 1, so OLS
+    weights = 1 / train["N"].map(lambda n: fit_noise.get(n, largest)).to_numpy(float) ** 2
     fit = sm.WLS(train["y"].to_numpy(float), design, weights=weights).fit()
     lines = {m: (float(fit.params[3 * k + 1]), float(fit.params[3 * k + 2])) for k, m in enumerate(methods)}
-    noise = _within_cell_sd(test)
-    fallback = max(noise.values(), default=max(fit_noise.values(), default=math.sqrt(fit.scale)))
+    noise = _within_cell_sd(test)  # an N without a replicate: the largest, else the OLS residual SD
+    fallback = max(noise.values(), default=largest if fit_noise else math.sqrt(fit.scale))
     t2 = lambda ns: sum(noise.get(n, fallback) ** 2 for n in ns)  # summed over runs at these N
 
     def judged(k: int, m: str, stale: pd.DataFrame, base: pd.DataFrame) -> dict:
