@@ -630,6 +630,18 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
              f"error SD per N: " + ", ".join(f"N = {n}: {s:.2f}" for n, s in sigma.items())
              + f"; {result['n_runs']} runs, {len(fit.params)} parameters, {result['df']:.0f} residual "
              f"degrees of freedom."]
+    spread = {m: result["spread"][m] for m in result["methods"]}
+    if math.isfinite(result["prior_df"]):
+        lines[-1] += (" At N > 0 each method's error SD is the N's times its spread (the SD per N is "
+                      "that of a method of spread 1), moderated by empirical Bayes (a scaled inverse "
+                      f"chi-square prior fitted to the methods' variances: prior df {result['prior_df']:.1f}): "
+                      + ", ".join(f"{name(m)} {v:.2f}" for m, v in sorted(spread.items(), key=lambda t: (-t[1], t[0])))
+                      + ". Every t interval and test takes Satterthwaite's degrees of freedom from "
+                      "the variances it rests on.")
+    else:
+        lines[-1] += (" A spread per method at N > 0 was fitted and none found (the methods' variances "
+                      "spread no more than their own degrees of freedom give: prior df infinite); t "
+                      "intervals and tests take Satterthwaite's degrees of freedom from the SDs per N.")
     lev = result["levene_n"]
     if lev is not None:
         lines.append(f"Levene across N: W = {lev.statistic:.2f}, p = {lev.pvalue:.2g}; across methods "
@@ -651,7 +663,8 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                  + " at the average seed and path, 95% t interval; drop: score minus the method's "
                  "own N = 0 cell; vs a reference: simultaneous 95% intervals over the "
                  f"{result.get('vs_family', 0)} differences to {', '.join(name(r) for r in result['vs'])}"
-                 f" (max-|t|, critical value {result.get('vs_critical', float('nan')):.2f}), * where "
+                 f" (max-|t| on the family's fewest degrees of freedom, {result.get('vs_df', float('nan')):.0f}: "
+                 f"critical value {result.get('vs_critical', float('nan')):.2f}), * where "
                  "the interval excludes 0; tier: methods sharing a letter cannot be told apart "
                  f"(Holm over all {len(result['pairs'])} pairs, family-wise 5%); rank: 95% interval "
                  "of the rank over draws from the fitted scores. Cells are mean (min-max) over "
@@ -699,7 +712,8 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
     sd, pairs = result["sd_score"], max(1, len(result["pairs"]))
     vs = max(1, result.get("vs_family", 1))
     lines += ["", f"**Seeds a comparison needs** (per row, {stats.POWER:.0%} power, two-sided, "
-              f"Bonferroni over the family; per-seed SD of a score {sd:.2f} points):", "",
+              f"Bonferroni over the family; per-seed SD of a score {sd:.2f} points for a pair of "
+              "spread 1: a pair's scales with the root mean square of its two spreads):", "",
               "| difference (points) | " + " | ".join(map(str, POWER_DELTAS)) + " |",
               "| --- |" + " --- |" * len(POWER_DELTAS),
               f"| tiers ({pairs} pairs) | " + " | ".join(str(stats.seeds_needed(d, sd, pairs))
@@ -708,7 +722,7 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                   str(stats.seeds_needed(d, sd, vs)) for d in POWER_DELTAS) + " |"]
     touching = stats.touching_rows(result, LADDER_SEEDS)
     lines += ["", f"Rows in a pair the tiers leave open that {LADDER_SEEDS} seeds per row would settle "
-              f"at its observed difference (the fewest seeds that would): "
+              f"at its observed difference and the pair's spreads (the fewest seeds that would): "
               + (", ".join(f"{name(m)} {n}" for m, n in touching.items()) or "none") + "."]
     return lines
 
@@ -957,7 +971,8 @@ def direction(root: str, out: str, **_) -> None:
             if (band, d) in tested else "" for d in delays) + " |")
     diffs += ["", f"The differences come from one model of the {len(data)} runs (`stats.fit_cells`, statsmodels "
               "WLS: a mean per arm x N, an error SD per N: " + ", ".join(f"N = {n}: {v:.2f}" for n, v in sigma.items())
-              + f"; {fit.df_resid:.0f} residual degrees of freedom"
+              + f"; {fit.df_resid:.0f} residual degrees of freedom, each difference's t on Satterthwaite's "
+              "from its N's SD"
               + ("; each N ran on one processor kind, so the cells absorb it" if
                  data.groupby("N")["path"].nunique().max() == 1 else "; the rounding path a fixed factor")
               + f"), Holm's adjustment over the {len(tested)} differences (family-wise 5%)."]

@@ -4,7 +4,8 @@ simultaneous intervals, tiers, rank intervals and the seeds a comparison needs.
 
 The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage points:
 
-    y_r = mu[method_r, N_r] + k[path_r] (+ s[seed_r] (+ sn[seed_r, N_r])) + e_r,   e_r ~ Normal(0, sigma[N_r]^2)
+    y_r = mu[method_r, N_r] + k[path_r] (+ s[seed_r] (+ sn[seed_r, N_r])) + e_r,
+    e_r ~ Normal(0, sigma[N_r]^2 lambda[method_r]^2)   (lambda = 1 at N = 0)
 
 - mu: one mean per cell (method x N), fixed: the quantities of interest.
 - k: the rounding path (processor kind; thread count and matmul backend when a table mixes
@@ -31,38 +32,50 @@ The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage po
   seed.
 - sigma[N]: the residual SD per N. A processor or seed change moves a cell by more at larger N
   (the trajectories part earlier and end further apart), and a Levene test across N rejects
-  equal variances (printed); so the weights are 1 / sigma[N]^2, pooled over the methods,
-  sigma[N]^2 = sum of the N's squared residuals / sum of (1 - leverage), iterated to a fixed
-  point (FGLS). The pooling is a simplification at lr 2e-4's N = 128, where a Levene test
-  across methods (printed per N) rejects: the rows that sometimes collapse spread more there
-  than those that hold.
+  equal variances (printed); sigma[N]^2 = sum of the N's squared residuals / lambda^2 over sum
+  of (1 - leverage).
+- lambda[m]: each method's spread at N > 0, the SD of its errors in units of sigma[N]. A Levene
+  test across methods within N rejects at lr 2e-4 (printed): the rows that sometimes collapse
+  spread more than those that hold. Each method's own variance, s2 = sum of its stale runs'
+  (residual / sigma[N])^2 over their sum of (1 - leverage) (~12 df at four seeds), is too
+  noisy alone, so it is moderated by empirical Bayes (_squeeze: Smyth 2004, limma's
+  squeezeVar): the true variances are taken as scaled inverse chi-square with prior df d0 and
+  scale s0^2 fitted to the methods' s2; the posterior (d0 s0^2 + d s2) / (d0 + d) is lambda^2
+  s0^2. Where the methods' variances spread no more than their df give, d0 is infinite and
+  every lambda is 1 (the model with one SD per N). A method whose stale runs all end alike
+  (collapsed to 0%) is left out of the prior's fit: its variance sits at a bound.
+  The weights are 1 / (sigma[N]^2 lambda^2), re-estimated to a fixed point (FGLS).
 
-From the fit (cov: the parameters' covariance; t quantiles on the residual degrees of freedom):
+From the fit (cov: the parameters' covariance; t quantiles on Satterthwaite's degrees of freedom
+of each estimate, contrast_df: a contrast resting on a few high-spread methods' variances has
+fewer than one resting on many):
 
 - cell[m, N] = mu[m, N] with its 95% t interval (estimate: any such linear contrast).
 - score[m] = mean over N in STALE_DELAYS of mu[m, N], a linear contrast, with its 95% t
   interval; drop[m] = score[m] - mu[m, 0], the mean loss from that method's own on-policy cell.
 - vs a reference: score[m] - score[ref] for every method and each of REFERENCES, one family,
   with simultaneous 95% intervals (single-step max-|t|: the critical value is the 95% quantile
-  of max_i |T_i| for T multivariate t with the contrasts' correlation, by Monte Carlo with a
-  fixed seed; an interval excludes 0 exactly when its adjusted p is below 0.05).
+  of max_i |T_i| for T multivariate t with the contrasts' correlation and the family's fewest
+  degrees of freedom (conservative for the others), by Monte Carlo with a fixed seed; an
+  interval excludes 0 exactly when its adjusted p is below 0.05).
 - tiers: every pair of methods, two-sided t tests with Holm's step-down adjustment over all
   pairs (family-wise 5%), summarised by a compact letter display (insert-absorb): two methods
   that share a letter cannot be told apart; letters go by the best score in each group.
 - rank intervals: the 2.5% and 97.5% quantiles of each method's rank over draws of the scores
   from Normal(score, cov(score)) (a parametric bootstrap of the fitted model; marginal, not
   simultaneous).
-- seeds needed: the per-seed SD of a score, sd = sqrt(sum over STALE_DELAYS of sigma[N]^2) /
-  len(STALE_DELAYS), gives seeds per row for 80% power to find a difference delta at the
-  Bonferroni level of a family of f comparisons (Holm's first step, so conservative):
+- seeds needed: the per-seed SD of a score of spread 1, sd = sqrt(sum over STALE_DELAYS of
+  sigma[N]^2) / len(STALE_DELAYS) (a pair's: sd sqrt((lambda_a^2 + lambda_b^2) / 2)), gives
+  seeds per row for 80% power to find a difference delta at the Bonferroni level of a family
+  of f comparisons (Holm's first step, so conservative):
   n = 2 sd^2 (z[1 - 0.05 / 2f] + z[0.8])^2 / delta^2.
 - variance components (reported, not used): for the path and the seed, from the factor's F
   test, tau^2 = max(0, F - 1) s^2 / n0, the ANOVA moment estimate for unequal group sizes
   (n0 = (n - sum n_i^2 / n) / (L - 1), n_i runs at level i of L; s^2 the mean of sigma[N]^2):
   the variance of the levels' true shifts, in points^2.
 
-Also: fit_cells and holm_contrasts (the same model's cell means for a small design, and named
-contrasts of them with Holm's adjustment: the direction ablation), and drift_prediction (whether
+Also: fit_cells and holm_contrasts (the same model's cell means for a small design, one SD per
+N, and named contrasts of them with Holm's adjustment: the direction ablation), and drift_prediction (whether
 a method's drop from N = 0 depends on N and the step size only through the drift its batches
 carry, fitted at one step size and tested at another).
 """
@@ -71,6 +84,8 @@ import warnings
 
 import numpy as np
 import pandas as pd
+import scipy.optimize
+import scipy.special
 import scipy.stats
 import statsmodels.api as sm
 import statsmodels.formula.api as smf
@@ -83,7 +98,9 @@ ALPHA = 0.05  # family-wise error rate of the tiers and of the reference interva
 POWER = 0.8  # the power the seed counts aim for
 DRAWS = 100_000  # Monte Carlo draws: the max-|t| critical value and the rank intervals
 DRAW_SEED = 0  # fixed: the same tables from the same results
-FGLS_ROUNDS = 10  # weight re-estimations at most (a fixed point is reached in 3-4)
+FGLS_ROUNDS = 50  # weight re-estimations at most (a fixed point is reached in 3-4 with one SD
+# per N, in ~20 with a spread per method)
+PRIOR_DF_MAX = 1e8  # a prior df above this counts as infinite: no spread between the methods' variances
 FGLS_TOLERANCE = 1e-10  # relative change of every sigma[N] that counts as the fixed point
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -111,11 +128,39 @@ def _with_seed_by_n(data: pd.DataFrame) -> pd.DataFrame:
                           for i in range(len(seeds) - 1) for j in range(len(ns) - 1)})
 
 
-def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False):
-    """(fit, {N: sigma}) of the model (with the seed term if `seed`, one per seed and N if
-    `block`) with weights 1 / sigma[N]^2 at their fixed point."""
+def _squeeze(s2: np.ndarray, d: np.ndarray, prior: np.ndarray) -> tuple:
+    """(posterior variances, prior df d0, prior variance s0^2) of sample variances s2 on d degrees
+    of freedom, moderated by empirical Bayes (Smyth 2004, as limma's squeezeVar and fitFDist): the
+    true variances are taken as s0^2 d0 / chi2(d0), with d0 and s0^2 fitted on the variances
+    where `prior` (a mask) by moments of e = log s2 - digamma(d/2) + log(d/2): trigamma(d0/2) = var(e) - mean(trigamma(d/2)) (the
+    spread of the log variances beyond what their own d gives), s0^2 = exp(mean(e) +
+    digamma(d0/2) - log(d0/2)); each posterior is (d0 s0^2 + d s2) / (d0 + d). No excess spread:
+    d0 = inf, every posterior s0^2. A zero variance is floored at 1e-5 x the median for the
+    logarithm (limma's floor); its posterior is then d0 s0^2 / (d0 + d)."""
+    floor = 1e-5 * (float(np.median(s2[prior])) or 1.0)
+    e = np.log(np.maximum(s2[prior], floor)) - scipy.special.digamma(d[prior] / 2) + np.log(d[prior] / 2)
+    excess = float(np.var(e, ddof=1) - np.mean(scipy.special.polygamma(1, d[prior] / 2)))
+    if excess <= float(scipy.special.polygamma(1, PRIOR_DF_MAX / 2)):
+        s0 = math.exp(float(e.mean()))
+        return np.full(len(s2), s0), math.inf, s0
+    d0 = 2 * scipy.optimize.brentq(lambda y: float(scipy.special.polygamma(1, y)) - excess,
+                                   1e-8, PRIOR_DF_MAX / 2)
+    s0 = math.exp(float(e.mean()) + float(scipy.special.digamma(d0 / 2)) - math.log(d0 / 2))
+    return (d0 * s0 + d * s2) / (d0 + d), d0, s0
+
+
+def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method: bool = False):
+    """(fit, {N: sigma}, weights) of the model (with the seed term if `seed`, one per seed and N if
+    `block`) with weights 1 / (sigma[N]^2 lambda[method]^2) at their fixed point; lambda = 1
+    unless `by_method`, then one per method on its runs at N > 0, moderated (_squeeze) and
+    relative to the prior's s0. The fit carries `spread` ({method: lambda}), `prior_df` (d0) and
+    `variance_groups` ([(runs, degrees of freedom)] of each estimated variance factor: each N's
+    sigma^2, each method's lambda^2) for contrast_df."""
     formula, weights, sigma = _formula(data, seed, block), np.ones(len(data)), {}
     groups = {n: np.flatnonzero(data["N"].to_numpy() == n) for n in sorted(data["N"].unique())}
+    stale = data["N"].to_numpy() != 0
+    own = {m: np.flatnonzero(stale & (data["method"].to_numpy() == m)) for m in sorted(data["method"].unique())}
+    spread, prior_df, method_df = {m: 1.0 for m in own}, math.inf, {}  # spread: lambda^2
     for _ in range(FGLS_ROUNDS):
         with warnings.catch_warnings():  # refused below, with the reason
             warnings.simplefilter("ignore", SingularMatrixWarning)
@@ -127,42 +172,73 @@ def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False):
         if fit.df_resid < 1:
             raise ValueError("the leaderboard model has no residual degrees of freedom: it needs "
                              "cells with more than one seed")
-        x = fit.model.wexog
         leverage = np.einsum("ij,jk,ik->i", x, np.linalg.pinv(x.T @ x), x)
         resid = np.asarray(fit.resid)
         pooled = float(resid @ (resid * weights) / fit.df_resid)  # in the weighted scale
-        new = {}
+        lam2 = np.where(stale, data["method"].map(spread).to_numpy(), 1.0)
+        new, dof = {}, {}
         for n, rows in groups.items():
-            dof = float((1 - leverage[rows]).sum())
+            dof[n] = float((1 - leverage[rows]).sum())
             # an N without a residual degree of freedom of its own takes the pooled variance
-            new[n] = (float(resid[rows] @ resid[rows]) / dof if dof >= 1
-                      else pooled / float(weights[rows].mean()))
+            new[n] = (float((resid[rows] ** 2 / lam2[rows]).sum()) / dof[n] if dof[n] >= 1
+                      else pooled * float((1 / (weights[rows] * lam2[rows])).mean()))
         if any(v <= 0 for v in new.values()):
             raise ValueError(f"the leaderboard model's residual variance is 0 at some N ({new}): "
                              f"its cells do not vary across seeds")
-        done = sigma and all(abs(new[n] - sigma[n]) <= FGLS_TOLERANCE * sigma[n] for n in new)
-        sigma = new
-        weights = 1 / data["N"].map(sigma).to_numpy()
+        new_spread = dict(spread)
+        if by_method:  # each method's variance at N > 0 relative to sigma[N]^2, moderated
+            scaled = resid ** 2 / data["N"].map(new).to_numpy()
+            method_df = {m: float((1 - leverage[rows]).sum()) for m, rows in own.items()}
+            fitted = [m for m in own if method_df[m] >= 1]
+            # a method whose runs at N > 0 all end alike (collapsed to 0%) sits at a bound: its
+            # variance is no draw from the methods' distribution, and the prior leaves it out
+            varies = np.array([data["y"].iloc[own[m]].nunique() > 1 for m in fitted], dtype=bool)
+            if varies.sum() >= 3:  # the prior needs a spread of variances
+                d = np.array([method_df[m] for m in fitted])
+                s2 = np.array([scaled[own[m]].sum() for m in fitted]) / d
+                post, prior_df, s0 = _squeeze(s2, d, varies)
+                new_spread = {m: 1.0 for m in own} | {m: float(v / s0) for m, v in zip(fitted, post)}
+        done = sigma and all(abs(new[n] - sigma[n]) <= FGLS_TOLERANCE * sigma[n] for n in new) \
+            and all(abs(new_spread[m] - spread[m]) <= FGLS_TOLERANCE * spread[m] for m in own)
+        sigma, spread = new, new_spread
+        weights = 1 / (data["N"].map(sigma).to_numpy()
+                       * np.where(stale, data["method"].map(spread).to_numpy(), 1.0))
         if done:
             break
     fit = smf.wls(formula, data, weights=weights).fit()
+    fit.spread = {m: math.sqrt(v) for m, v in spread.items()}
+    fit.prior_df = prior_df
+    fit.variance_groups = [(groups[n], dof[n]) for n in groups] + (
+        [(own[m], prior_df + method_df[m]) for m in own if len(own[m])] if by_method else [])
     return fit, {n: math.sqrt(v) for n, v in sigma.items()}, weights
 
 
-def _fit(data: pd.DataFrame) -> tuple:
+def contrast_df(fit, v: np.ndarray) -> float:
+    """Satterthwaite's degrees of freedom of the estimate v'beta of a fit of _fgls. The estimate is
+    sum over runs of a_r y_r, a_r = w_r x_r' (X'WX)^-1 v, so its variance is V = sum of b_r =
+    a_r^2 / w_r, each run's variance 1 / w_r a product of estimated factors (sigma[N]^2 on its
+    N's residual degrees of freedom nu_N; lambda[m]^2 on d0 + d_m). With Var(log of a factor) =
+    2 / nu: df = V^2 / sum over factors g of V_g^2 / nu_g, V_g the part of V from the runs g
+    scales. A contrast of one N's cells with one SD per N gets about that N's nu."""
+    b = (fit.model.wexog @ (np.asarray(fit.normalized_cov_params) @ v)) ** 2
+    parts = sum(float(b[rows].sum()) ** 2 / nu for rows, nu in fit.variance_groups if math.isfinite(nu))
+    return float(b.sum()) ** 2 / parts if parts > 0 else math.inf
+
+
+def _fit(data: pd.DataFrame, by_method: bool = False) -> tuple:
     """(fit, {N: sigma}, seed test) of the model, with the seed term where its test rejects at
-    ALPHA and it is estimable apart from the path."""
-    fit, sigma, weights = _fgls(data)
+    ALPHA and it is estimable apart from the path; a spread per method if `by_method`."""
+    fit, sigma, weights = _fgls(data, by_method=by_method)
     seed = {**_seed_test(data, fit, weights, sigma), "fitted": False, "per_n": None}
     if seed["p"] is not None and seed["p"] < ALPHA:
         try:
-            fit, sigma, _ = _fgls(data, seed=True)
+            fit, sigma, _ = _fgls(data, seed=True, by_method=by_method)
             seed["fitted"] = True
         except ValueError:  # a seed run on one kind alone: not estimable apart from the path
             return fit, sigma, seed
         if data["N"].nunique() > 1:  # one shift per seed and N (the sweep's block) against one per seed
             try:  # both at the larger model's weights (its SD per N is not inflated by the blocks)
-                per_n, per_n_sigma, block_weights = _fgls(_with_seed_by_n(data), block=True)
+                per_n, per_n_sigma, block_weights = _fgls(_with_seed_by_n(data), block=True, by_method=by_method)
             except ValueError:  # no residual left: nothing to test against
                 return fit, sigma, seed
             one = smf.wls(_formula(data, seed=True), data, weights=block_weights).fit()
@@ -206,9 +282,9 @@ def _contrast(fit, cells: dict) -> np.ndarray:
 
 
 def estimate(fit, cells: dict) -> tuple:
-    """(sum(weight * mu[cell]), its 95% t half-width) for cells {(method, N): weight}."""
+    """(sum(weight * mu[cell]), its 95% t half-width on contrast_df) for cells {(method, N): weight}."""
     v = _contrast(fit, cells)
-    half = scipy.stats.t.ppf(1 - ALPHA / 2, fit.df_resid) * math.sqrt(v @ fit.cov_params().to_numpy() @ v)
+    half = scipy.stats.t.ppf(1 - ALPHA / 2, contrast_df(fit, v)) * math.sqrt(v @ fit.cov_params().to_numpy() @ v)
     return float(v @ fit.params.to_numpy()), float(half)
 
 
@@ -225,10 +301,12 @@ def fit_cells(data: pd.DataFrame) -> tuple:
 
 def holm_contrasts(fit, contrasts: dict) -> dict:
     """{name: (estimate, 95% t half-width, p, Holm-adjusted p)} for contrasts {name: {(method,
-    N): weight}} of the model's cells, one family (Holm over the contrasts given)."""
-    t_crit = scipy.stats.t.ppf(1 - ALPHA / 2, fit.df_resid)
+    N): weight}} of the model's cells, one family (Holm over the contrasts given; t on each
+    contrast's contrast_df)."""
     out = {name: estimate(fit, cells) for name, cells in contrasts.items()}
-    p = [2 * scipy.stats.t.sf(abs(e) / (h / t_crit), fit.df_resid) for e, h in out.values()]
+    dfs = [contrast_df(fit, _contrast(fit, cells)) for cells in contrasts.values()]
+    p = [2 * scipy.stats.t.sf(abs(e) / (h / scipy.stats.t.ppf(1 - ALPHA / 2, df)), df)
+         for (e, h), df in zip(out.values(), dfs)]
     p_holm = multipletests(p, alpha=ALPHA, method="holm")[1]
     return {name: (e, h, float(pv), float(ph)) for (name, (e, h)), pv, ph in zip(out.items(), p, p_holm)}
 
@@ -246,19 +324,20 @@ def _factor_effects(fit, factor: str, sigma: dict) -> tuple:
         a[row, i] = 1
         a[-1, i] = -1
     effects, cov = a @ fit.params.to_numpy(), a @ fit.cov_params().to_numpy() @ a.T
-    q = scipy.stats.t.ppf(1 - ALPHA / 2, fit.df_resid)
-    table = {lvl: (float(e), float(q * math.sqrt(cov[i, i]))) for i, (lvl, e) in enumerate(zip(levels, effects))}
+    q = [scipy.stats.t.ppf(1 - ALPHA / 2, contrast_df(fit, row)) for row in a]
+    table = {lvl: (float(e), float(q[i] * math.sqrt(cov[i, i]))) for i, (lvl, e) in enumerate(zip(levels, effects))}
     test = fit.f_test(np.eye(len(names))[idx])
     f = float(np.squeeze(test.fvalue))
     return table, _moment_sd(f, fit.model.data.frame[factor], sigma), f, float(test.pvalue)
 
 
-def _holm_pairs(est: np.ndarray, cov: np.ndarray, df: float) -> tuple:
-    """([(i, j)], Holm-adjusted p-values) of every pair i < j of score differences."""
+def _holm_pairs(est: np.ndarray, cov: np.ndarray, df) -> tuple:
+    """([(i, j)], Holm-adjusted p-values) of every pair i < j of score differences; df(i, j): the
+    difference's degrees of freedom."""
     pairs = [(i, j) for i in range(len(est)) for j in range(i + 1, len(est))]
     if not pairs:
         return [], np.zeros(0)
-    p = [2 * scipy.stats.t.sf(abs(est[i] - est[j]) / math.sqrt(cov[i, i] + cov[j, j] - 2 * cov[i, j]), df)
+    p = [2 * scipy.stats.t.sf(abs(est[i] - est[j]) / math.sqrt(cov[i, i] + cov[j, j] - 2 * cov[i, j]), df(i, j))
          for i, j in pairs]
     return pairs, multipletests(p, alpha=ALPHA, method="holm")[1]
 
@@ -290,13 +369,13 @@ def seeds_needed(delta: float, sd_score: float, family: int) -> int:
     return math.ceil(2 * sd_score ** 2 * z ** 2 / delta ** 2)
 
 
-def fit_leaderboard(data: pd.DataFrame) -> dict:
+def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
     """The model and everything the leaderboard shows from it. data: one row per run with
     columns method, N, seed, path (the rounding path's name) and y (final accuracy, %).
     Methods that lack a run at one of STALE_DELAYS have no score and are left out of the
-    comparisons."""
+    comparisons. by_method: the error SD's spread per method at N > 0 (False: one SD per N)."""
     data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
-    fit, sigma, seed = _fit(data)
+    fit, sigma, seed = _fit(data, by_method)
     have = set(zip(data["method"], data["N"]))
     methods = sorted({m for m in data["method"] if all((m, n) in have for n in STALE_DELAYS)})
     share = 1 / len(STALE_DELAYS)
@@ -304,10 +383,11 @@ def fit_leaderboard(data: pd.DataFrame) -> dict:
     score_l = np.array([_contrast(fit, {(m, n): share for n in STALE_DELAYS}) for m in methods]
                        ).reshape(len(methods), len(params))
     est, cov = score_l @ params, score_l @ cov_p @ score_l.T
-    q = scipy.stats.t.ppf(1 - ALPHA / 2, df)
+    q = [scipy.stats.t.ppf(1 - ALPHA / 2, contrast_df(fit, row)) for row in score_l]
     out = {"fit": fit, "sigma": sigma, "df": df, "methods": methods, "n_runs": len(data),
+           "spread": fit.spread, "prior_df": fit.prior_df,
            "cell": {c: estimate(fit, {c: 1}) for c in sorted(have)},
-           "score": {m: (float(e), float(q * math.sqrt(cov[i, i]))) for i, (m, e) in enumerate(zip(methods, est))},
+           "score": {m: (float(e), float(q[i] * math.sqrt(cov[i, i]))) for i, (m, e) in enumerate(zip(methods, est))},
            "drop": {m: estimate(fit, {**{(m, n): share for n in STALE_DELAYS}, (m, 0): -1})
                     for m in methods if (m, 0) in have}}
     rng = np.random.default_rng(DRAW_SEED)
@@ -321,17 +401,19 @@ def fit_leaderboard(data: pd.DataFrame) -> dict:
         se = np.sqrt(np.diag(cov_d))
         corr = cov_d / np.outer(se, se)
         z = rng.multivariate_normal(np.zeros(len(family)), corr, size=DRAWS, method="eigh")
-        t = z / np.sqrt(rng.chisquare(df, size=(DRAWS, 1)) / df)
+        # one t for the family: the fewest degrees of freedom of its differences (conservative)
+        vs_df = min(contrast_df(fit, row) for row in c)
+        t = z / np.sqrt(rng.chisquare(vs_df, size=(DRAWS, 1)) / vs_df) if math.isfinite(vs_df) else z
         max_t = np.abs(t).max(axis=1)
         crit = float(np.quantile(max_t, 1 - ALPHA))
         for k, (m, r) in enumerate(family):
             p_adj = float((max_t >= abs(diff[k]) / se[k]).mean())
             out["vs"][r][m] = (float(diff[k]), crit * float(se[k]), p_adj)
-        out["vs_critical"], out["vs_family"] = crit, len(family)
+        out["vs_critical"], out["vs_family"], out["vs_df"] = crit, len(family), vs_df
     if not methods:  # no method has every stale N yet: cells only
         out.update(tiers={}, pairs={}, rank={})
     else:
-        _compare(out, methods, est, cov, df, rng)
+        _compare(out, methods, est, cov, lambda i, j: contrast_df(fit, score_l[i] - score_l[j]), rng)
     out["sd_score"] = math.sqrt(sum(sigma[n] ** 2 for n in STALE_DELAYS if n in sigma)) / len(STALE_DELAYS)
     out["path"] = dict(zip(("effects", "tau", "F", "p"), _factor_effects(fit, "path", sigma)))
     out["seed"] = {**seed, "effects": _factor_effects(fit, "seed", sigma)[0]}
@@ -347,7 +429,8 @@ def fit_leaderboard(data: pd.DataFrame) -> dict:
 
 
 def _compare(out: dict, methods: list, est, cov, df, rng) -> None:
-    """Tiers (Holm over all pairs, letters) and rank intervals (parametric bootstrap) into out."""
+    """Tiers (Holm over all pairs, letters; df(i, j) a pair's degrees of freedom) and rank
+    intervals (parametric bootstrap) into out."""
     pairs, p_holm = _holm_pairs(est, cov, df)
     different = [(methods[i], methods[j]) for (i, j), p in zip(pairs, p_holm) if p < ALPHA]
     out["tiers"] = letter_display(methods, list(est), different)
@@ -362,14 +445,14 @@ def _compare(out: dict, methods: list, est, cov, df, rng) -> None:
 def touching_rows(result: dict, max_seeds: int) -> dict:
     """{method: the fewest seeds per row that would resolve one of its unresolved pairs} for the
     methods in a pair the tiers cannot tell apart but that `max_seeds` seeds per row would (at
-    the observed difference, the pairwise family's Bonferroni level): where more seeds decide
-    a tier boundary."""
+    the observed difference, the pairwise family's Bonferroni level, the pair's per-seed SD
+    sd_score x sqrt((lambda_a^2 + lambda_b^2) / 2)): where more seeds decide a tier boundary."""
     family = max(1, len(result["pairs"]))
-    need = {}
+    need, spread = {}, result["spread"]
     for (a, b), p in result["pairs"].items():
         delta = abs(result["score"][a][0] - result["score"][b][0])
         if p >= ALPHA and delta > 0:
-            n = seeds_needed(delta, result["sd_score"], family)
+            n = seeds_needed(delta, result["sd_score"] * math.sqrt((spread[a] ** 2 + spread[b] ** 2) / 2), family)
             if n <= max_seeds:
                 for m in (a, b):
                     need[m] = min(need.get(m, n), n)

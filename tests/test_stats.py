@@ -39,6 +39,68 @@ def test_balanced_cells_give_the_cell_means_and_the_pooled_sd_per_n():
     assert r["df"] == 32 - 8
 
 
+def test_satterthwaite_degrees_of_freedom_by_hand():
+    """The balanced design above (_shifted_rows with no shift): sigma[N]^2 is in proportion to 1,
+    4, 9, 16 at N = 0, 8, 32, 128, each on 8 - 2 = 6 residual degrees of freedom. A cell at one N rests on that N's variance: 6
+    df. The score (the mean of the stale cells) has variance in proportion to 4 + 9 + 16, so
+    Satterthwaite gives 6 (4 + 9 + 16)^2 / (4^2 + 9^2 + 16^2) = 6 x 841 / 353 = 14.29 df; the
+    interval is that t quantile times the standard error, both methods alike."""
+    r = stats.fit_leaderboard(_shifted_rows((0, 0, 0, 0)))
+    fit = r["fit"]
+    assert stats.contrast_df(fit, stats._contrast(fit, {("a", 8): 1})) == pytest.approx(6, rel=1e-9)
+    score = stats._contrast(fit, {("a", n): 1 / 3 for n in (8, 32, 128)})
+    assert stats.contrast_df(fit, score) == pytest.approx(6 * 841 / 353, rel=1e-9)
+    se = math.sqrt(sum(r["sigma"][n] ** 2 for n in (8, 32, 128)) / 9 / 4)
+    assert r["score"]["a"][1] == pytest.approx(scipy.stats.t.ppf(0.975, 6 * 841 / 353) * se, rel=1e-9)
+
+
+def _spread_rows(scales, seeds=10, seed=0):
+    """Methods m0, m1, ... with stale noise SD scales[i] (Normal draws, a fixed seed), N = 0 noise SD
+    1, cell means 50 at N = 0 and 40 - i at N > 0, one path."""
+    rng = np.random.default_rng(seed)
+    return _frame([(f"m{i}", n, s, "P", (50 if n == 0 else 40 - i) + (sd if n else 1) * rng.standard_normal())
+                   for i, sd in enumerate(scales) for n in DELAYS for s in range(seeds)])
+
+
+def test_a_spread_per_method_is_found_where_the_methods_differ_and_nowhere_else():
+    """Three methods with stale noise SD 1 and three with SD 3 (10 seeds): the moderated spreads
+    recover the ratio (about 3; within 2-4.5 at these draws, each method's own estimate on ~27 df),
+    and the wide methods' score intervals are wider in about that ratio, where one SD per N gives
+    every method the same interval. Where every method has the same noise (the same draws,
+    permuted between methods), no spread is found: the prior's df is infinite, every spread is 1
+    and the model is the one with one SD per N, to the digit."""
+    data = _spread_rows((1, 1, 1, 3, 3, 3))
+    r, pooled = stats.fit_leaderboard(data), stats.fit_leaderboard(data, by_method=False)
+    narrow = np.mean([r["spread"][f"m{i}"] for i in range(3)])
+    wide = np.mean([r["spread"][f"m{i}"] for i in range(3, 6)])
+    assert 2 < wide / narrow < 4.5 and math.isfinite(r["prior_df"])
+    halves = [r["score"][f"m{i}"][1] for i in range(6)]
+    assert 2 < np.mean(halves[3:]) / np.mean(halves[:3]) < 4.5
+    assert max(pooled["score"][m][1] for m in pooled["methods"]) == pytest.approx(
+        min(pooled["score"][m][1] for m in pooled["methods"]), rel=1e-9)
+    rng = np.random.default_rng(1)
+    noise = {n: rng.standard_normal(4) for n in DELAYS}
+    same = _frame([(f"m{i}", n, s, "P", (50 if n == 0 else 40 - i) + (-1) ** i * noise[n][s])
+                   for i in range(6) for n in DELAYS for s in range(4)])
+    r, pooled = stats.fit_leaderboard(same), stats.fit_leaderboard(same, by_method=False)
+    assert r["prior_df"] == math.inf and all(v == 1 for v in r["spread"].values())
+    for m in r["methods"]:
+        assert r["score"][m] == pytest.approx(pooled["score"][m], rel=1e-9)
+
+
+def test_a_collapsed_method_keeps_a_finite_weight():
+    """A method whose stale runs all end at 0% has no spread of its own (its residuals are 0 on
+    d = 3 x (10 - 1) = 27 degrees of freedom); the prior is fitted without it, and its spread^2 is
+    the posterior (d0 s0^2 + 27 x 0) / (d0 + 27) over s0^2 = d0 / (d0 + 27): a finite weight, an
+    interval above zero."""
+    data = _spread_rows((1, 2, 1.5, 1, 2.5, 1))
+    data.loc[(data["method"] == "m0") & (data["N"] > 0), "y"] = 0.0
+    r = stats.fit_leaderboard(data)
+    assert r["spread"]["m0"] ** 2 == pytest.approx(r["prior_df"] / (r["prior_df"] + 27), rel=1e-6)
+    assert 0 < r["score"]["m0"][1] < r["score"]["m1"][1]
+    assert r["score"]["m0"][0] == pytest.approx(0, abs=1e-9)
+
+
 def _shifted_rows(shift, wobble_scale=1.0):
     """The balanced design above with every run of seed s moved by shift[s] (both methods alike)."""
     wobble = (1, -1, 2, -2)
@@ -106,7 +168,7 @@ def test_the_rounding_path_factor_undoes_a_confounded_design():
     assert effects["Q"][0] - effects["P"][0] == pytest.approx(6, abs=0.3)
     # a family of one difference: the max-|t| critical value is the t quantile (Monte Carlo)
     assert r["vs_family"] == 1
-    assert r["vs_critical"] == pytest.approx(scipy.stats.t.ppf(0.975, r["df"]), abs=0.03)
+    assert r["vs_critical"] == pytest.approx(scipy.stats.t.ppf(0.975, r["vs_df"]), abs=0.03)
     assert 0 < half < 0.3 and r["tiers"] == {"b": "a", "grpo_tis": "b"}
     assert r["rank"] == {"b": (1, 1), "grpo_tis": (2, 2)}
 
