@@ -394,11 +394,12 @@ def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path, capsys):
     assert "| TOPR | 0.0002 | 60.0 (5.5) | 0.0 (5.5) | 60.0 (5.5) |" in table  # k3 1e-3 x mean update 5.5
     assert "**Tiers at both step sizes**" in table
     # scores 60 / 30 / 10 at lr 2e-4 (each row's own tier), 60 for all at 5e-5 (one tier). Each
-    # cell's two runs at +-1: variance 2 on 1 df, 12 df per model; a score's SE sqrt(3 x 1 / 9),
-    # 95% half-width t(0.975, 12) x 0.577 = 1.26; a difference's SE 0.816 (simultaneous: wider)
-    assert "| TOPR | a | 1-1 | 60.0 ± 1.3 | +30.0 ± 2.2 (above) | a | 1-3 | 60.0 ± 1.3 | +0.0 ± 2.2 (level) |" in table
+    # cell's two runs at +-1: variance 2 on 1 df, 3 df per N, 12 per model; a score's SE
+    # sqrt(3 x 2 / 2 / 9) = 0.577 on Satterthwaite's (3 v)^2 / (3 v^2 / 3) = 9 df, 95% half-width
+    # t(0.975, 9) x 0.577 = 1.31; a difference's SE 0.816 on 9 df (simultaneous: wider)
+    assert "| TOPR | a | 1-1 | 60.0 ± 1.3 | +30.0 ± 2.3 (above) | a | 1-3 | 60.0 ± 1.3 | +0.0 ± 2.3 (level) |" in table
     assert "| GRPO+TIS | b | 2-2 | 30.0 ± 1.3 |  | a | 1-3 | 60.0 ± 1.3 |  | joins the top tier |" in table
-    assert "| GRPO | c | 3-3 | 10.0 ± 1.3 | -20.0 ± 2.2 (below) | a | 1-3 | 60.0 ± 1.3 |" in table
+    assert "| GRPO | c | 3-3 | 10.0 ± 1.3 | -20.0 ± 2.3 (below) | a | 1-3 | 60.0 ± 1.3 |" in table
     assert ("of the 3 rows scored at both: 3 change: TOPR (above -> level GRPO+TIS); GRPO+TIS (joins "
             "the top tier); GRPO (joins the top tier, below -> level GRPO+TIS).") in table
 
