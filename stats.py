@@ -132,9 +132,10 @@ def _squeeze(s2: np.ndarray, d: np.ndarray, prior: np.ndarray) -> tuple:
     """(posterior variances, prior df d0, prior variance s0^2) of sample variances s2 on d degrees
     of freedom, moderated by empirical Bayes (Smyth 2004, as limma's squeezeVar and fitFDist): the
     true variances are taken as s0^2 d0 / chi2(d0), with d0 and s0^2 fitted on the variances
-    where `prior` (a mask) by moments of e = log s2 - digamma(d/2) + log(d/2): trigamma(d0/2) = var(e) - mean(trigamma(d/2)) (the
-    spread of the log variances beyond what their own d gives), s0^2 = exp(mean(e) +
-    digamma(d0/2) - log(d0/2)); each posterior is (d0 s0^2 + d s2) / (d0 + d). No excess spread:
+    where `prior` (a mask) by moments of e = log s2 - digamma(d/2) + log(d/2):
+    trigamma(d0/2) = var(e) - mean(trigamma(d/2)) (the spread of the log variances beyond what
+    their own d gives), s0^2 = exp(mean(e) + digamma(d0/2) - log(d0/2)); each posterior is
+    (d0 s0^2 + d s2) / (d0 + d), every variance's, in the mask or not. No excess spread:
     d0 = inf, every posterior s0^2. A zero variance is floored at 1e-5 x the median for the
     logarithm (limma's floor); its posterior is then d0 s0^2 / (d0 + d)."""
     floor = 1e-5 * (float(np.median(s2[prior])) or 1.0)
