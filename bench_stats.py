@@ -41,8 +41,9 @@ def simulate(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 4000, by
     cover, cover_wide, simultaneous, family_error = [], [], [], []
     for _ in range(reps):
         f = stats.fit_leaderboard(data.assign(y=mean + sd * rng.standard_normal(len(data))), by_method)
-        cover += [abs(f["score"][m][0] - fit["score"][m][0]) <= f["score"][m][1] for m in f["methods"]]
-        cover_wide += [abs(f["score"][m][0] - fit["score"][m][0]) <= f["score"][m][1] for m in wide]
+        covered = {m: abs(f["score"][m][0] - fit["score"][m][0]) <= f["score"][m][1] for m in f["methods"]}
+        cover += list(covered.values())
+        cover_wide += [covered[m] for m in wide]
         simultaneous.append(all(abs(v[0] - fit["vs"][r][m][0]) <= v[1]
                                 for r, vv in f["vs"].items() for m, v in vv.items()))
         f0 = stats.fit_leaderboard(data.assign(y=null_mean + sd * rng.standard_normal(len(data))), by_method)

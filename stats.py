@@ -162,6 +162,7 @@ def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method
     stale = data["N"].to_numpy() != 0
     own = {m: np.flatnonzero(stale & (data["method"].to_numpy() == m)) for m in sorted(data["method"].unique())}
     spread, prior_df, method_df = {m: 1.0 for m in own}, math.inf, {}  # spread: lambda^2
+    lam2 = np.ones(len(data))  # each run's lambda^2 (1 at N = 0)
     for _ in range(FGLS_ROUNDS):
         with warnings.catch_warnings():  # refused below, with the reason
             warnings.simplefilter("ignore", SingularMatrixWarning)
@@ -176,7 +177,6 @@ def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method
         leverage = np.einsum("ij,jk,ik->i", x, np.linalg.pinv(x.T @ x), x)
         resid = np.asarray(fit.resid)
         pooled = float(resid @ (resid * weights) / fit.df_resid)  # in the weighted scale
-        lam2 = np.where(stale, data["method"].map(spread).to_numpy(), 1.0)
         new, dof = {}, {}
         for n, rows in groups.items():
             dof[n] = float((1 - leverage[rows]).sum())
@@ -202,8 +202,8 @@ def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method
         done = sigma and all(abs(new[n] - sigma[n]) <= FGLS_TOLERANCE * sigma[n] for n in new) \
             and all(abs(new_spread[m] - spread[m]) <= FGLS_TOLERANCE * spread[m] for m in own)
         sigma, spread = new, new_spread
-        weights = 1 / (data["N"].map(sigma).to_numpy()
-                       * np.where(stale, data["method"].map(spread).to_numpy(), 1.0))
+        lam2 = np.where(stale, data["method"].map(spread).to_numpy(), 1.0)
+        weights = 1 / (data["N"].map(sigma).to_numpy() * lam2)
         if done:
             break
     fit = smf.wls(formula, data, weights=weights).fit()
@@ -282,11 +282,16 @@ def _contrast(fit, cells: dict) -> np.ndarray:
     return v
 
 
+def _estimate(fit, cells: dict) -> tuple:
+    """(sum(weight * mu[cell]), its standard error, its contrast_df) for cells {(method, N): weight}."""
+    v = _contrast(fit, cells)
+    return float(v @ fit.params.to_numpy()), math.sqrt(v @ fit.cov_params().to_numpy() @ v), contrast_df(fit, v)
+
+
 def estimate(fit, cells: dict) -> tuple:
     """(sum(weight * mu[cell]), its 95% t half-width on contrast_df) for cells {(method, N): weight}."""
-    v = _contrast(fit, cells)
-    half = scipy.stats.t.ppf(1 - ALPHA / 2, contrast_df(fit, v)) * math.sqrt(v @ fit.cov_params().to_numpy() @ v)
-    return float(v @ fit.params.to_numpy()), float(half)
+    e, se, df = _estimate(fit, cells)
+    return e, float(scipy.stats.t.ppf(1 - ALPHA / 2, df) * se)
 
 
 def fit_cells(data: pd.DataFrame) -> tuple:
@@ -304,12 +309,11 @@ def holm_contrasts(fit, contrasts: dict) -> dict:
     """{name: (estimate, 95% t half-width, p, Holm-adjusted p)} for contrasts {name: {(method,
     N): weight}} of the model's cells, one family (Holm over the contrasts given; t on each
     contrast's contrast_df)."""
-    out = {name: estimate(fit, cells) for name, cells in contrasts.items()}
-    dfs = [contrast_df(fit, _contrast(fit, cells)) for cells in contrasts.values()]
-    p = [2 * scipy.stats.t.sf(abs(e) / (h / scipy.stats.t.ppf(1 - ALPHA / 2, df)), df)
-         for (e, h), df in zip(out.values(), dfs)]
+    out = {name: _estimate(fit, cells) for name, cells in contrasts.items()}
+    p = [2 * scipy.stats.t.sf(abs(e) / se, df) for e, se, df in out.values()]
     p_holm = multipletests(p, alpha=ALPHA, method="holm")[1]
-    return {name: (e, h, float(pv), float(ph)) for (name, (e, h)), pv, ph in zip(out.items(), p, p_holm)}
+    return {name: (e, float(scipy.stats.t.ppf(1 - ALPHA / 2, df) * se), float(pv), float(ph))
+            for (name, (e, se, df)), pv, ph in zip(out.items(), p, p_holm)}
 
 
 def _factor_effects(fit, factor: str, sigma: dict) -> tuple:

@@ -41,8 +41,8 @@ def test_balanced_cells_give_the_cell_means_and_the_pooled_sd_per_n():
 
 def test_satterthwaite_degrees_of_freedom_by_hand():
     """The balanced design above (_shifted_rows with no shift): sigma[N]^2 is in proportion to 1,
-    4, 9, 16 at N = 0, 8, 32, 128, each on 8 - 2 = 6 residual degrees of freedom. A cell at one N rests on that N's variance: 6
-    df. The score (the mean of the stale cells) has variance in proportion to 4 + 9 + 16, so
+    4, 9, 16 at N = 0, 8, 32, 128, each on 8 - 2 = 6 residual degrees of freedom. A cell at one N
+    rests on that N's variance: 6 df. The score (the mean of the stale cells) has variance in proportion to 4 + 9 + 16, so
     Satterthwaite gives 6 (4 + 9 + 16)^2 / (4^2 + 9^2 + 16^2) = 6 x 841 / 353 = 14.29 df; the
     interval is that t quantile times the standard error, both methods alike."""
     r = stats.fit_leaderboard(_shifted_rows((0, 0, 0, 0)))
@@ -66,8 +66,8 @@ def test_a_spread_per_method_is_found_where_the_methods_differ_and_nowhere_else(
     """Three methods with stale noise SD 1 and three with SD 3 (10 seeds): the moderated spreads
     recover the ratio (about 3; within 2-4.5 at these draws, each method's own estimate on ~27 df),
     and the wide methods' score intervals are wider in about that ratio, where one SD per N gives
-    every method the same interval. Where every method has the same noise (the same draws,
-    permuted between methods), no spread is found: the prior's df is infinite, every spread is 1
+    every method the same interval. Where every method has the same noise (the same draws, their
+    sign alternating between methods), no spread is found: the prior's df is infinite, every spread is 1
     and the model is the one with one SD per N, to the digit."""
     data = _spread_rows((1, 1, 1, 3, 3, 3))
     r, pooled = stats.fit_leaderboard(data), stats.fit_leaderboard(data, by_method=False)
