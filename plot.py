@@ -659,12 +659,13 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                         + ", ".join(map(str, stats.STALE_DELAYS)) + "): scores, tiers, the "
                         "comparisons and the seeds they need come when one does. Cells are mean "
                         "(min-max) over seeds of the runs themselves, in %."]
+    (df_lo, df_hi), (crit_hi, crit_lo) = result.get("vs_df", (math.nan,) * 2), result.get("vs_critical", (math.nan,) * 2)
     lines.append("Staleness score: the model's mean over N = " + ", ".join(map(str, stats.STALE_DELAYS))
                  + " at the average seed and path, 95% t interval; drop: score minus the method's "
                  "own N = 0 cell; vs a reference: simultaneous 95% intervals over the "
                  f"{result.get('vs_family', 0)} differences to {', '.join(name(r) for r in result['vs'])}"
-                 f" (max-|t| on the family's fewest degrees of freedom, {result.get('vs_df', float('nan')):.0f}: "
-                 f"critical value {result.get('vs_critical', float('nan')):.2f}), * where "
+                 f" (max-|t|, each difference on its own degrees of freedom, {df_lo:.0f}-{df_hi:.0f}: "
+                 f"critical values {crit_hi:.2f}-{crit_lo:.2f}), * where "
                  "the interval excludes 0; tier: methods sharing a letter cannot be told apart "
                  f"(Holm over all {len(result['pairs'])} pairs, family-wise 5%); rank: 95% interval "
                  "of the rank over draws from the fitted scores. Cells are mean (min-max) over "

@@ -54,10 +54,11 @@ fewer than one resting on many):
 - score[m] = mean over N in STALE_DELAYS of mu[m, N], a linear contrast, with its 95% t
   interval; drop[m] = score[m] - mu[m, 0], the mean loss from that method's own on-policy cell.
 - vs a reference: score[m] - score[ref] for every method and each of REFERENCES, one family,
-  with simultaneous 95% intervals (single-step max-|t|: the critical value is the 95% quantile
-  of max_i |T_i| for T multivariate t with the contrasts' correlation and the family's fewest
-  degrees of freedom (conservative for the others), by Monte Carlo with a fixed seed; an
-  interval excludes 0 exactly when its adjusted p is below 0.05).
+  with simultaneous 95% intervals (single-step max-|t|, each difference on its own degrees of
+  freedom as Hasler and Hothorn 2008 (Biometrical Journal 50: 793) do under unequal variances:
+  difference k's critical value is the 95% quantile of max_i |T_i| for T multivariate t with the
+  contrasts' correlation and k's contrast_df, by Monte Carlo with a fixed seed; an interval
+  excludes 0 exactly when its adjusted p is below 0.05).
 - tiers: every pair of methods, two-sided t tests with Holm's step-down adjustment over all
   pairs (family-wise 5%), summarised by a compact letter display (insert-absorb): two methods
   that share a letter cannot be told apart; letters go by the best score in each group.
@@ -405,16 +406,20 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
         diff, cov_d = c @ params, c @ cov_p @ c.T
         se = np.sqrt(np.diag(cov_d))
         corr = cov_d / np.outer(se, se)
-        z = rng.multivariate_normal(np.zeros(len(family)), corr, size=DRAWS, method="eigh")
-        # one t for the family: the fewest degrees of freedom of its differences (conservative)
-        vs_df = min(contrast_df(fit, row) for row in c)
-        t = z / np.sqrt(rng.chisquare(vs_df, size=(DRAWS, 1)) / vs_df) if math.isfinite(vs_df) else z
-        max_t = np.abs(t).max(axis=1)
-        crit = float(np.quantile(max_t, 1 - ALPHA))
+        max_z = np.abs(rng.multivariate_normal(np.zeros(len(family)), corr, size=DRAWS, method="eigh")).max(axis=1)
+        # each difference against max|T| on its own degrees of freedom (Hasler and Hothorn
+        # 2008): one uniform per draw gives every df its chi-square by the inverse CDF, so the
+        # critical value falls smoothly as the df grow
+        u = 1 - rng.random(DRAWS)
+        dfs = [contrast_df(fit, row) for row in c]
+        crits = []
         for k, (m, r) in enumerate(family):
+            max_t = max_z / np.sqrt(scipy.stats.chi2.ppf(u, dfs[k]) / dfs[k]) if math.isfinite(dfs[k]) else max_z
+            crits.append(float(np.quantile(max_t, 1 - ALPHA)))
             p_adj = float((max_t >= abs(diff[k]) / se[k]).mean())
-            out["vs"][r][m] = (float(diff[k]), crit * float(se[k]), p_adj)
-        out["vs_critical"], out["vs_family"], out["vs_df"] = crit, len(family), vs_df
+            out["vs"][r][m] = (float(diff[k]), crits[-1] * float(se[k]), p_adj)
+        out["vs_family"] = len(family)
+        out["vs_df"], out["vs_critical"] = (min(dfs), max(dfs)), (max(crits), min(crits))
     if not methods:  # no method has every stale N yet: cells only
         out.update(tiers={}, pairs={}, rank={})
     else:

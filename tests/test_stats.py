@@ -88,6 +88,28 @@ def test_a_spread_per_method_is_found_where_the_methods_differ_and_nowhere_else(
         assert r["score"][m] == pytest.approx(pooled["score"][m], rel=1e-9)
 
 
+def test_each_reference_difference_takes_its_own_degrees_of_freedom():
+    """The reference family of _spread_rows((1, 1, 1, 3, 3, 3)) with m0 as GRPO+TIS: five
+    differences, two against narrow methods (many degrees of freedom) and three against wide ones
+    (few: each wide method's variance on its own ~27 df and the prior's). Each difference's
+    critical value is the max-|t| quantile on its own contrast_df: above the single t quantile
+    on that df, below the Bonferroni one over the five, and the fewer the df the larger."""
+    data = _spread_rows((1, 1, 1, 3, 3, 3)).replace({"method": {"m0": "grpo_tis"}})
+    r = stats.fit_leaderboard(data)
+    crit, dfs = [], []
+    for m in [f"m{i}" for i in range(1, 6)]:
+        _, se, df = stats._estimate(r["fit"], {**{(m, n): 1 / 3 for n in stats.STALE_DELAYS},
+                                               **{("grpo_tis", n): -1 / 3 for n in stats.STALE_DELAYS}})
+        crit.append(r["vs"]["grpo_tis"][m][1] / se)
+        dfs.append(df)
+        assert scipy.stats.t.ppf(0.975, df) < crit[-1] < scipy.stats.t.ppf(1 - 0.05 / 10, df)
+    assert min(dfs[:2]) > 1.3 * max(dfs[2:])  # the narrow pairs rest on more df (40-42 against 27-28)
+    assert min(crit[:2]) < max(crit[2:])
+    order = np.argsort(dfs)
+    assert all(np.diff(np.array(crit)[order]) <= 1e-12)
+    assert r["vs_df"] == (min(dfs), max(dfs)) and r["vs_critical"] == (max(crit), min(crit))
+
+
 def test_a_collapsed_method_keeps_a_finite_weight():
     """A method whose stale runs all end at 0% has no spread of its own (its residuals are 0 on
     d = 3 x (10 - 1) = 27 degrees of freedom); the prior is fitted without it, and its spread^2 is
@@ -168,7 +190,8 @@ def test_the_rounding_path_factor_undoes_a_confounded_design():
     assert effects["Q"][0] - effects["P"][0] == pytest.approx(6, abs=0.3)
     # a family of one difference: the max-|t| critical value is the t quantile (Monte Carlo)
     assert r["vs_family"] == 1
-    assert r["vs_critical"] == pytest.approx(scipy.stats.t.ppf(0.975, r["vs_df"]), abs=0.03)
+    assert r["vs_df"][0] == r["vs_df"][1] and r["vs_critical"][0] == r["vs_critical"][1]
+    assert r["vs_critical"][0] == pytest.approx(scipy.stats.t.ppf(0.975, r["vs_df"][0]), abs=0.03)
     assert 0 < half < 0.3 and r["tiers"] == {"b": "a", "grpo_tis": "b"}
     assert r["rank"] == {"b": (1, 1), "grpo_tis": (2, 2)}
 
