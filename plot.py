@@ -807,8 +807,10 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
                   f"({100 * min(base.values()):.1f}-{100 * max(base.values()):.1f})."]
     lines += model_lines(result, data, order, delays) + late_measure_lines(runs)
     fig = ranking_view(ranked, cells, result, delays, order, runs)
+    per_cell = sorted({len(v) for c in cells.values() for v in c.values() if v})
+    seeds = seeds_note(runs) + (f", {per_cell[0]}-{per_cell[-1]} per cell" if len(per_cell) > 1 else "")
     finish(fig, fig.axes[:1], out, f"Leaderboard: tiers, staleness score and final mean accuracy (%) "
-                                   f"per N ({seeds_note(runs)}); diagnostics over the last 10% of updates",
+                                   f"per N ({seeds}); diagnostics over the last 10% of updates",
            lines, runs)
     k3_view(groups, order, os.path.splitext(out)[0] + "_k3.png")
 
