@@ -175,7 +175,7 @@ def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method
         if fit.df_resid < 1:
             raise ValueError("the leaderboard model has no residual degrees of freedom: it needs "
                              "cells with more than one seed")
-        leverage = np.einsum("ij,jk,ik->i", x, np.linalg.pinv(x.T @ x), x)
+        leverage = hat_diagonal(fit)
         resid = np.asarray(fit.resid)
         pooled = float(resid @ (resid * weights) / fit.df_resid)  # in the weighted scale
         new, dof = {}, {}
@@ -213,6 +213,12 @@ def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method
     fit.variance_groups = [(groups[n], dof[n]) for n in groups] + (
         [(own[m], prior_df + method_df[m]) for m in own if len(own[m])] if by_method else [])
     return fit, {n: math.sqrt(v) for n, v in sigma.items()}, weights
+
+
+def hat_diagonal(fit) -> np.ndarray:
+    """Each run's leverage in a weighted fit: the diagonal of X (X'X)^-1 X' for the weighted design."""
+    x = fit.model.wexog
+    return np.einsum("ij,jk,ik->i", x, np.linalg.pinv(x.T @ x), x)
 
 
 def contrast_df(fit, v: np.ndarray) -> float:

@@ -306,3 +306,25 @@ def test_drift_prediction_holds_out_of_sample_and_refutes_a_step_size_effect():
     assert stats.drift_verdict(below, back_same)["refuted"] is None
     one_n = fit_on[fit_on["method"].eq("m1") | fit_on["N"].isin([0, 8])]  # m2 has one stale N
     assert set(stats.drift_prediction(one_n, drift_runs(0.0, 0.1, seed=1))["methods"]) == {"m1"}
+
+
+def test_resampled_errors_keep_each_method_its_own_standardized_residuals():
+    """bench_stats.error_pools on the balanced design (_shifted_rows, no shift): every cell holds
+    four runs, so each run's leverage is 1/4 and its residual is its wobble (1, -1, 2, -2) times
+    the N's scale, as sigma[N] is. Standardized, a method's stale runs are its wobbles times one
+    constant; centred and scaled to mean square 1 they are wobble / sqrt(2.5) for method a and
+    -wobble / sqrt(2.5) for b (the signs are opposite), three times over (N = 8, 32, 128). Every
+    run at N = 0 draws from one pool, both methods' N = 0 runs alike."""
+    import bench_stats
+
+    data = _shifted_rows((0, 0, 0, 0))
+    r = stats.fit_leaderboard(data)
+    assert stats.hat_diagonal(r["fit"]) == pytest.approx(np.full(len(data), 0.25), rel=1e-9)
+    sd = data["N"].map(r["sigma"]).to_numpy() * np.where(data["N"] > 0, data["method"].map(r["spread"]), 1.0)
+    pools = bench_stats.error_pools(r, data, sd)
+    wobble = np.array([1, -1, 2, -2] * 3) / math.sqrt(2.5)
+    for i, (m, n) in enumerate(zip(data["method"], data["N"])):
+        if n == 0:
+            assert sorted(pools[i]) == pytest.approx(sorted(np.concatenate([wobble[:4], -wobble[:4]])), abs=1e-9)
+        else:
+            assert sorted(pools[i]) == pytest.approx(sorted(wobble if m == "a" else -wobble), abs=1e-9)
