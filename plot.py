@@ -647,6 +647,17 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
         lines.append(f"Levene across N: W = {lev.statistic:.2f}, p = {lev.pvalue:.2g}; across methods "
                      "within each N: " + ", ".join(f"N = {n}: p = {t.pvalue:.2f}"
                                                    for n, t in result["levene_methods"].items()) + ".")
+    checks = stats.model_checks(result)
+    inter = checks["path_by_method"]
+    lines.append("The model's form: " + (
+        f"a shift per method and rounding path on top of the one per path, F = {inter['F']:.2f} on "
+        f"{inter['df']} df, p = {inter['p']:.2g} (a small p: the kinds move the rows "
+        f"unlike, against the model's one shift per kind); "
+        if inter else "") + "standardized residuals per N (Normal: skew 0, excess kurtosis 0, 4.6% "
+        "beyond 2 SD): " + "; ".join(
+            f"N = {n}: {v['runs']} runs, skew {v['skew']:+.2f}, excess kurtosis {v['excess_kurtosis']:+.2f}, "
+            f"{100 * v['beyond_2']:.1f}% beyond 2, Shapiro-Wilk p {v['shapiro_p']:.2g}"
+            for n, v in checks["residuals"].items()) + ".")
     on_policy = data[data["N"] == 0]
     distinct = on_policy.groupby(["seed", "path", "y", "trajectory"]).ngroups
     if distinct < len(on_policy):

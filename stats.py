@@ -75,6 +75,10 @@ fewer than one resting on many):
   (n0 = (n - sum n_i^2 / n) / (L - 1), n_i runs at level i of L; s^2 the mean of sigma[N]^2):
   the variance of the levels' true shifts, in points^2.
 
+Checks of the model's form (model_checks, printed under the table): the model with a shift per
+method and rounding path against it (does a processor kind move every row alike?), and the
+standardized residuals' shape per N (are the errors Normal?).
+
 Also: fit_cells and holm_contrasts (the same model's cell means for a small design, one SD per
 N, and named contrasts of them with Holm's adjustment: the direction ablation), and drift_prediction (whether
 a method's drop from N = 0 depends on N and the step size only through the drift its batches
@@ -219,6 +223,40 @@ def hat_diagonal(fit) -> np.ndarray:
     """Each run's leverage in a weighted fit: the diagonal of X (X'X)^-1 X' for the weighted design."""
     x = fit.model.wexog
     return np.einsum("ij,jk,ik->i", x, np.linalg.pinv(x.T @ x), x)
+
+
+def standardized_residuals(fit) -> np.ndarray:
+    """Each run's residual over its SD under the fit, residual sqrt(weight) / sqrt(1 - leverage)
+    (NaN for a run alone in its cell, leverage 1): about Normal(0, 1) where the model holds."""
+    free = 1 - hat_diagonal(fit)
+    ok = free > 1e-9
+    return np.where(ok, np.asarray(fit.resid) * np.sqrt(fit.model.weights) / np.sqrt(np.where(ok, free, 1.0)), np.nan)
+
+
+def model_checks(result: dict) -> dict:
+    """Two checks of the form of fit_leaderboard's model. `path_by_method`: the model with a
+    shift per method and rounding path on top (C(method):C(path)) against the model, same
+    weights, {F, p, df} (None with one path): does a processor kind move every row alike?
+    `residuals`, per N: the standardized residuals' count, skew, excess kurtosis, share beyond
+    2 (Normal: 4.6%) and Shapiro-Wilk p: are the errors Normal?"""
+    fit = result["fit"]
+    frame = fit.model.data.frame
+    out = {"path_by_method": None, "residuals": {}}
+    if frame["path"].nunique() > 1:
+        with warnings.catch_warnings():  # most methods ran on some kinds only: tested by rank
+            warnings.simplefilter("ignore", SingularMatrixWarning)
+            wide = smf.wls(fit.model.formula + " + C(method):C(path)", frame, weights=fit.model.weights).fit()
+        f, p, df = wide.compare_f_test(fit)
+        out["path_by_method"] = {"F": float(f), "p": float(p), "df": int(df)}
+    z = standardized_residuals(fit)
+    for n in sorted(frame["N"].unique()):
+        v = z[(frame["N"].to_numpy() == n) & np.isfinite(z)]
+        if len(v) >= 3 and np.ptp(v) > 0:
+            out["residuals"][int(n)] = {"runs": len(v), "skew": float(scipy.stats.skew(v)),
+                                        "excess_kurtosis": float(scipy.stats.kurtosis(v)),
+                                        "beyond_2": float(np.mean(np.abs(v) > 2)),
+                                        "shapiro_p": float(scipy.stats.shapiro(v).pvalue)}
+    return out
 
 
 def contrast_df(fit, v: np.ndarray) -> float:

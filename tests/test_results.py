@@ -195,6 +195,10 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     path = re.search(r"\*\*Rounding path effects\*\* .*?F = [\d.]+, p = ([\d.e-]+);", text)
     seed = re.search(r"\*\*The seed\*\* .*?F = [\d.]+, p = ([\d.e-]+);", text)
     assert float(path.group(1)) < 0.05 and float(seed.group(1)) >= 0.05
+    # a processor kind moves every row alike: a shift per method and kind adds nothing (docs)
+    alike = re.search(r"a shift per method and rounding path on top of the one per path, F = [\d.]+ on \d+ df, "
+                      r"p = ([\d.e-]+)", text)
+    assert float(alike.group(1)) >= 0.05
     late = re.search(r"\| all \| \d+ \| \d+ \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|", text)
     assert float(late.group(1)) > 0.75  # the late mean's SD is less than a quarter lower (docs)
 

@@ -320,11 +320,41 @@ def test_resampled_errors_keep_each_method_its_own_standardized_residuals():
     data = _shifted_rows((0, 0, 0, 0))
     r = stats.fit_leaderboard(data)
     assert stats.hat_diagonal(r["fit"]) == pytest.approx(np.full(len(data), 0.25), rel=1e-9)
-    sd = data["N"].map(r["sigma"]).to_numpy() * np.where(data["N"] > 0, data["method"].map(r["spread"]), 1.0)
-    pools = bench_stats.error_pools(r, data, sd)
+    pools = bench_stats.error_pools(r, data)
     wobble = np.array([1, -1, 2, -2] * 3) / math.sqrt(2.5)
     for i, (m, n) in enumerate(zip(data["method"], data["N"])):
         if n == 0:
             assert sorted(pools[i]) == pytest.approx(sorted(np.concatenate([wobble[:4], -wobble[:4]])), abs=1e-9)
         else:
             assert sorted(pools[i]) == pytest.approx(sorted(wobble if m == "a" else -wobble), abs=1e-9)
+
+
+def test_model_checks_residual_shape_by_hand():
+    """The balanced design (_shifted_rows, no shift): each run's standardized residual is its
+    wobble (1, -1, 2, -2) over sqrt(2.5) (its residual over sigma[N] = scale sqrt(20 / 6), times
+    1 / sqrt(1 - 1/4)); at every N: eight runs, skew 0, excess kurtosis (1 + 16) / 2 / 2.5^2 - 3
+    = -1.64, none beyond 2; one path, so no processor check."""
+    checks = stats.model_checks(stats.fit_leaderboard(_shifted_rows((0, 0, 0, 0))))
+    assert checks["path_by_method"] is None
+    for n in DELAYS:
+        v = checks["residuals"][n]
+        assert v["runs"] == 8 and v["beyond_2"] == 0
+        assert v["skew"] == pytest.approx(0, abs=1e-9)
+        assert v["excess_kurtosis"] == pytest.approx(8.5 / 6.25 - 3, rel=1e-9)
+
+
+def test_model_checks_find_a_processor_that_moves_one_row_only():
+    """The balanced design with seeds 2-3 on a second path Q (the wobbles sum to 0 on each path).
+    Q moving both methods by +10 is the model's own path effect: the shift per method and path
+    explains nothing more (F = 0). Q moving method a alone by +10 cannot be one shift for every
+    row: F large."""
+    def rows(shift_b):
+        data = _shifted_rows((0, 0, 0, 0))
+        q = data["seed"] >= 2
+        data.loc[q, "path"] = "Q"
+        data.loc[q, "y"] += np.where(data.loc[q, "method"] == "a", 10.0, shift_b)
+        return data
+    alike = stats.model_checks(stats.fit_leaderboard(rows(10.0)))["path_by_method"]
+    assert alike["df"] == 1 and alike["F"] == pytest.approx(0, abs=1e-9)
+    apart = stats.model_checks(stats.fit_leaderboard(rows(0.0)))["path_by_method"]
+    assert apart["df"] == 1 and apart["F"] > 10 and apart["p"] < 0.01
