@@ -18,11 +18,12 @@ The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage po
 - s: the seed, fixed, sum-to-zero, fitted only where it is found. The same seed samples the same
   prompts and the same evaluation draws in every row, so a seed can shift every row alike. The
   F test of the model with a fixed seed term against the model without it (statsmodels'
-  compare_f_test, same weights, printed) decides, at ALPHA: at the toy's lr 2e-4 it finds no
-  such shift (the trajectories part chaotically within a hundred updates) and the model is the
-  one above, since a fixed seed term would cost a degree of freedom per seed for nothing and
-  would make every score's absolute level non-estimable whenever a new seed first runs on a new
-  kind alone (its block design: one seed, one machine). At the smaller steps the policies stay
+  compare_f_test, same weights, printed) decides, at ALPHA: at the toy's lr 2e-4 the shifts
+  are small (the trajectories part chaotically within a hundred updates) and the test sits near
+  ALPHA, fitted in one table and not the next as seeds land; where it does not reject, the model
+  is the one above, since a fixed seed term would make every score's absolute level
+  non-estimable whenever a new seed first runs on a new kind alone (its block design: one seed,
+  one machine). At the smaller steps the policies stay
   close, the shared draws dominate and the test rejects by far; there the model adds s[seed]
   (its fit refused, and the model kept, where s is not estimable apart from the path), which
   removes the shared shift from every comparison and adjusts a row that has only some of the
