@@ -25,14 +25,15 @@ import plot
 import stats
 
 
-def error_pools(result: dict, data: pd.DataFrame) -> list:
-    """Per run of `data` (the runs `result` was fitted to), the values its simulated error / SD is
+def error_pools(result: dict) -> list:
+    """Per run that `result` was fitted to (in the fit's order), the values its simulated error / SD is
     drawn from: for a run at N > 0 its method's runs at N > 0, for a run at N = 0 every run at
     N = 0; each value a standardized residual (stats.standardized_residuals; runs alone in their
     cell left out), each pool centred and scaled to mean square 1 (a pool that does not vary, a
     method collapsed in every run, stays 0)."""
     z = stats.standardized_residuals(result["fit"])
-    key = np.where(data["N"].to_numpy() > 0, data["method"].to_numpy(), "")  # "": the N = 0 pool
+    frame = result["fit"].model.data.frame
+    key = np.where(frame["N"].to_numpy() > 0, frame["method"].to_numpy(), "")  # "": the N = 0 pool
     pools = {}
     for k in set(key):
         v = z[(key == k) & np.isfinite(z)]
@@ -53,7 +54,7 @@ def simulate(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 4000, by
     mean = np.asarray(fit["fit"].fittedvalues)
     spread = np.where(data["N"] > 0, data["method"].map(fit["spread"]), 1.0)
     sd = data["N"].map(fit["sigma"]).to_numpy() * spread
-    pools = error_pools(fit, data) if resampled else None
+    pools = error_pools(fit) if resampled else None
     wide = sorted(fit["methods"], key=lambda m: -fit["spread"][m])[:len(fit["methods"]) // 3]
     cell = data["method"] + "@" + data["N"].astype(str)
     frame = data.assign(f=mean)

@@ -243,11 +243,8 @@ def model_checks(result: dict) -> dict:
     fit = result["fit"]
     frame = fit.model.data.frame
     out = {"path_by_method": None, "residuals": {}}
-    if frame["path"].nunique() > 1:
-        with warnings.catch_warnings():  # most methods ran on some kinds only: tested by rank
-            warnings.simplefilter("ignore", SingularMatrixWarning)
-            wide = smf.wls(fit.model.formula + " + C(method):C(path)", frame, weights=fit.model.weights).fit()
-        f, p, df = wide.compare_f_test(fit)
+    if frame["path"].nunique() > 1:  # most methods ran on some kinds only: tested by rank
+        _, (f, p, df) = _wider_f_test(fit, fit.model.formula + " + C(method):C(path)", frame, fit.model.weights)
         out["path_by_method"] = {"F": float(f), "p": float(p), "df": int(df)}
     z = standardized_residuals(fit)
     for n in sorted(frame["N"].unique()):
@@ -301,13 +298,20 @@ def _seed_test(data: pd.DataFrame, fit, weights, sigma: dict) -> dict:
     with one seed); tau the seed's moment SD against the error variance of the model with it."""
     if data["seed"].nunique() < 2:
         return {"F": None, "p": None, "tau": None}
-    with warnings.catch_warnings():  # a seed first run on a new kind: rank-deficient, and tested by rank
-        warnings.simplefilter("ignore", SingularMatrixWarning)
-        with_seed = smf.wls(_formula(data, seed=True), data, weights=weights).fit()
-    f, p, _ = with_seed.compare_f_test(fit)
+    with_seed, (f, p, _) = _wider_f_test(fit, _formula(data, seed=True), data, weights)
     # the error variance is the larger model's: its scale in the weighted units times sigma^2
     error = {n: v * math.sqrt(with_seed.scale) for n, v in sigma.items()}
     return {"F": float(f), "p": float(p), "tau": _moment_sd(f, data["seed"], error)}
+
+
+def _wider_f_test(fit, formula: str, data: pd.DataFrame, weights) -> tuple:
+    """(the wider model's fit, (F, p, df)): `formula`, a model holding fit's, at the same weights,
+    F-tested against fit. A wider model short of full rank (a term that some levels do not
+    reach) is tested by its rank."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SingularMatrixWarning)
+        wider = smf.wls(formula, data, weights=weights).fit()
+    return wider, wider.compare_f_test(fit)
 
 
 def _moment_sd(f: float, levels: pd.Series, sigma: dict) -> float:

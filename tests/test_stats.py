@@ -320,7 +320,7 @@ def test_resampled_errors_keep_each_method_its_own_standardized_residuals():
     data = _shifted_rows((0, 0, 0, 0))
     r = stats.fit_leaderboard(data)
     assert stats.hat_diagonal(r["fit"]) == pytest.approx(np.full(len(data), 0.25), rel=1e-9)
-    pools = bench_stats.error_pools(r, data)
+    pools = bench_stats.error_pools(r)
     wobble = np.array([1, -1, 2, -2] * 3) / math.sqrt(2.5)
     for i, (m, n) in enumerate(zip(data["method"], data["N"])):
         if n == 0:
