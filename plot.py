@@ -563,7 +563,7 @@ def partial_score(cells: dict):
 
 
 def pm(m: float, half, scale: float = 100) -> str:
-    return f"{scale * m:.1f}" + (f" ± {scale * half:.1f}" if half is not None else "")
+    return f"{round(scale * m, 1) + 0.0:.1f}" + (f" ± {scale * half:.1f}" if half is not None else "")  # no "-0.0"
 
 
 def rounding_path(run: dict) -> str:
@@ -683,20 +683,24 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                  "seeds of the runs themselves, in %.")
     seed = result["seed"]
     if seed["F"] is not None:
-        fitted = ("fitted: the test rejects at 5%"
-                  if seed["fitted"] else "tested, not fitted"
-                  + ("" if seed["p"] >= stats.ALPHA else ": not estimable apart from the path"))
-        lines += ["", f"**The seed** ({fitted}): the model with a fixed seed term against "
-                  f"the model, F = {seed['F']:.2f}, p = {seed['p']:.2g}; variance component (moments) "
-                  f"SD {seed['tau']:.2f} points."]
+        kept = ("kept as the design's block whatever its test says" if seed["fitted"]
+                else "left out: not estimable apart from the rounding path")
+        lines += ["", f"**The seed** ({kept}): the model with a fixed seed term against "
+                  f"the model without it, F = {seed['F']:.2f}, p = {seed['p']:.2g}; variance component "
+                  f"(moments) SD {seed['tau']:.2f} points."]
         if seed["effects"]:
-            lines[-1] += " Effects (points, 95% t): " + ", ".join(
-                f"seed {lvl} {e:+.1f} ± {h:.1f}" for lvl, (e, h) in seed["effects"].items()) + "."
-        if seed["per_n"]:
-            lines[-1] += (" A shift per seed and N (the sweep's blocks) against one per seed: "
-                          f"F = {seed['per_n']['F']:.2f}, p = {seed['per_n']['p']:.2g}"
-                          + ("; it rejects at 5%, so the model takes one shift per seed and N (the "
-                             "effects above are their means over N)." if seed["per_n"]["fitted"] else "."))
+            lines[-1] += " Effects (points, 95% t" + (", means over N" if (seed["per_n"] or {}).get("fitted") else "") \
+                + "): " + ", ".join(f"seed {lvl} {e:+.1f} ± {h:.1f}" for lvl, (e, h) in seed["effects"].items()) + "."
+        if seed["per_n"] and seed["per_n"]["fitted"]:
+            lines[-1] += (" One shift per seed and N (the sweep's block), kept too, against one per seed: "
+                          f"F = {seed['per_n']['F']:.2f}, p = {seed['per_n']['p']:.2g}.")
+        elif seed["per_n"]:
+            lines[-1] += (" One shift per seed and N (the sweep's block) is not estimable apart from "
+                          "the path (a seed lacks an N, or a block ran alone on its kind): one per seed.")
+        if seed["moves"]:
+            lines[-1] += (f" Against the model without the seed, the scores move by {round(seed['moves']['mean'], 2) + 0.0:+.2f} "
+                          f"points on average and, apart from that common shift, by {seed['moves']['mean_apart']:.2f} "
+                          f"on average, at most {seed['moves']['max_apart']:.2f}.")
     path = result["path"]
     counts = data["path"].value_counts()
     if path["effects"]:
@@ -983,8 +987,11 @@ def direction(root: str, out: str, **_) -> None:
         diffs.append(f"| [{band[0]:g}, {band[1]:g}] | harmful - both (95% t; Holm p) | " + " | ".join(
             f"{pm(tested[(band, d)][0] / 100, tested[(band, d)][1] / 100)}; p = {tested[(band, d)][3]:.2g}"
             if (band, d) in tested else "" for d in delays) + " |")
+    terms = " ".join(fit.params.index)
+    blocks = (", a shift per seed and one per seed and N (the design's blocks)" if stats.SEED_BY_N in terms
+              else ", a shift per seed (the design's block)" if "C(seed" in terms else "")
     diffs += ["", f"The differences come from one model of the {len(data)} runs (`stats.fit_cells`, statsmodels "
-              "WLS: a mean per arm x N, an error SD per N: " + ", ".join(f"N = {n}: {v:.2f}" for n, v in sigma.items())
+              "WLS: a mean per arm x N" + blocks + ", an error SD per N: " + ", ".join(f"N = {n}: {v:.2f}" for n, v in sigma.items())
               + f"; {fit.df_resid:.0f} residual degrees of freedom, each difference's t on Satterthwaite's "
               "from its N's SD"
               + ("; each N ran on one processor kind, so the cells absorb it" if

@@ -15,22 +15,19 @@ The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage po
   ends high is not credited with it. Code commits are not a factor: a change of code that
   moves a toy run's numbers would be a change of the experiment, and the project checks
   refactors number for number. The reference rows run on every kind, which keeps k estimable.
-- s: the seed, fixed, sum-to-zero, fitted only where it is found. The same seed samples the same
-  prompts and the same evaluation draws in every row, so a seed can shift every row alike. The
-  F test of the model with a fixed seed term against the model without it (statsmodels'
-  compare_f_test, same weights, printed) decides, at ALPHA: at the toy's lr 2e-4 the shifts
-  are small (the trajectories part chaotically within a hundred updates) and the test sits near
-  ALPHA, fitted in one table and not the next as seeds land; where it does not reject, the model
-  is the one above, since a fixed seed term would make every score's absolute level
-  non-estimable whenever a new seed first runs on a new kind alone (its block design: one seed,
-  one machine). At the smaller steps the policies stay
-  close, the shared draws dominate and the test rejects by far; there the model adds s[seed]
-  (its fit refused, and the model kept, where s is not estimable apart from the path), which
-  removes the shared shift from every comparison and adjusts a row that has only some of the
-  seeds for which seeds it has. One shift per seed and N (the sweep's block: the seed x N
-  interaction, sum-to-zero, on top of s) is tested against one per seed at the larger model's
-  weights (printed) and fitted where that rejects at ALPHA; the cells stay at each N's average
-  seed.
+- s, sn: the seed and the seed x N interaction, fixed, sum-to-zero: the design's blocks (a sweep
+  runs one seed at one N on one machine, and the same seed samples the same prompts and the same
+  evaluation draws in every row, so a block can shift every row alike). Both stay in the model
+  whatever their tests say, as a blocking factor does: at the toy's lr 2e-4 the seed's test sits
+  near 5% (the trajectories part chaotically within a hundred updates), and a model chosen by
+  it would change from one table to the next as seeds land; at the
+  smaller steps the policies stay close, the shared draws dominate and the tests reject by far.
+  They cost a few dozen of several hundred degrees of freedom, and they adjust a row that has
+  only some of the seeds for which seeds it has. The cells stay at each N's average seed. The
+  tests are reported: the model with s against the model without it, and with sn against s
+  alone (statsmodels' compare_f_test, same weights). A term that is not estimable apart from the
+  path (a seed's first block alone on a new kind; a seed that lacks an N) is left out, and the
+  table says so.
 - sigma[N]: the residual SD per N. A processor or seed change moves a cell by more at larger N
   (the trajectories part earlier and end further apart), and a Levene test across N rejects
   equal variances (printed); sigma[N]^2 = sum of the N's squared residuals / lambda^2 over sum
@@ -270,26 +267,30 @@ def contrast_df(fit, v: np.ndarray) -> float:
 
 
 def _fit(data: pd.DataFrame, by_method: bool = False) -> tuple:
-    """(fit, {N: sigma}, seed test) of the model, with the seed term where its test rejects at
-    ALPHA and it is estimable apart from the path; a spread per method if `by_method`."""
+    """(fit, {N: sigma}, seed) of the model with the design's blocks: a shift per seed and one per
+    seed and N on top, each kept wherever it is estimable apart from the rounding path, whatever
+    its test says (the tests are reported in `seed`, not used to choose; seed["without"] is the
+    fit without them); a spread per method if `by_method`."""
     fit, sigma, weights = _fgls(data, by_method=by_method)
-    seed = {**_seed_test(data, fit, weights, sigma), "fitted": False, "per_n": None}
-    if seed["p"] is not None and seed["p"] < ALPHA:
+    seed = {**_seed_test(data, fit, weights, sigma), "fitted": False, "per_n": None, "without": fit}
+    if seed["p"] is None:  # one seed
+        return fit, sigma, seed
+    try:
+        fit, sigma, _ = _fgls(data, seed=True, by_method=by_method)
+    except ValueError:  # a seed run on one kind alone: not estimable apart from the path
+        return fit, sigma, seed
+    seed["fitted"] = True
+    if data["N"].nunique() > 1:  # one shift per seed and N (the sweep's block)
         try:
-            fit, sigma, _ = _fgls(data, seed=True, by_method=by_method)
-            seed["fitted"] = True
-        except ValueError:  # a seed run on one kind alone: not estimable apart from the path
+            per_n, per_n_sigma, block_weights = _fgls(_with_seed_by_n(data), block=True, by_method=by_method)
+        except ValueError:  # a seed missing an N, or a block alone on its kind, or no residual left
+            seed["per_n"] = {"F": None, "p": None, "fitted": False}
             return fit, sigma, seed
-        if data["N"].nunique() > 1:  # one shift per seed and N (the sweep's block) against one per seed
-            try:  # both at the larger model's weights (its SD per N is not inflated by the blocks)
-                per_n, per_n_sigma, block_weights = _fgls(_with_seed_by_n(data), block=True, by_method=by_method)
-            except ValueError:  # no residual left: nothing to test against
-                return fit, sigma, seed
-            one = smf.wls(_formula(data, seed=True), data, weights=block_weights).fit()
-            f, p, _ = per_n.compare_f_test(one)
-            seed["per_n"] = {"F": float(f), "p": float(p), "fitted": bool(p < ALPHA)}
-            if p < ALPHA:  # the shift differs by N: one per seed and N, the sweep's block
-                fit, sigma = per_n, per_n_sigma
+        # reported: against one shift per seed, both at the larger model's weights
+        one = smf.wls(_formula(data, seed=True), data, weights=block_weights).fit()
+        f, p, _ = per_n.compare_f_test(one)
+        seed["per_n"] = {"F": float(f), "p": float(p), "fitted": True}
+        fit, sigma = per_n, per_n_sigma
     return fit, sigma, seed
 
 
@@ -346,7 +347,7 @@ def estimate(fit, cells: dict) -> tuple:
 
 def fit_cells(data: pd.DataFrame) -> tuple:
     """(fit, {N: sigma}) of the cell-means model alone (a mean per method x N, the rounding path
-    as a factor where it varies within an N, the seed where its test rejects, an error SD per N,
+    as a factor where it varies within an N, the seed and seed x N blocks, an error SD per N,
     FGLS): the leaderboard's model for a small design. data: columns method, N, seed, path, y."""
     data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
     if data.groupby("N")["path"].nunique().max() == 1:  # each N on one path: the cells absorb it
@@ -475,7 +476,14 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
         _compare(out, methods, est, cov, lambda i, j: contrast_df(fit, score_l[i] - score_l[j]), rng)
     out["sd_score"] = math.sqrt(sum(sigma[n] ** 2 for n in STALE_DELAYS if n in sigma)) / len(STALE_DELAYS)
     out["path"] = dict(zip(("effects", "tau", "F", "p"), _factor_effects(fit, "path", sigma)))
-    out["seed"] = {**seed, "effects": _factor_effects(fit, "seed", sigma)[0]}
+    without = seed.pop("without")
+    out["seed"] = {**seed, "effects": _factor_effects(fit, "seed", sigma)[0], "moves": None}
+    if seed["fitted"] and methods:  # how far the blocks move the scores: common shift, then the rest
+        moved = est - np.array([_contrast(without, {(m, n): share for n in STALE_DELAYS}) @ without.params.to_numpy()
+                                for m in methods])
+        apart = np.abs(moved - moved.mean())
+        out["seed"]["moves"] = {"mean": float(moved.mean()), "mean_apart": float(apart.mean()),
+                                "max_apart": float(apart.max())}
     resid = pd.Series(np.asarray(fit.resid), index=data.index)
     by_n = [resid[g.index] for _, g in data.groupby("N")]
     out["levene_n"] = scipy.stats.levene(*by_n) if len(by_n) > 1 else None

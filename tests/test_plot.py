@@ -185,10 +185,13 @@ def test_late_evaluation_measure_uses_the_same_runs(tmp_path):
 
 def test_direction_ablation_table(tmp_path):
     """The 2 x 2 of configs/sweep_direction_toy.yaml: wide and narrow band x both and harmful,
-    N = 32, seeds 0 and 1; only wide-harmful varies (30, 40): the pooled model's residual
-    variance is (5^2 + 5^2) / (8 runs - 4 cells) = 12.5, so harmful - both is 15 (wide) and 0
-    (narrow), each with SE sqrt(12.5 (1/2 + 1/2)) and 95% half-width t(0.975, 4) x SE = 9.8;
-    Holm over the two: wide 2 x p(|t| = 15 / sqrt 12.5, 4 df) = 0.026, narrow 1."""
+    N = 32, seeds 0 and 1; only wide-harmful varies (30, 40). The pooled model takes a shift per
+    seed (the design's block: seed 1 is 10 / 4 = 2.5 above seed 0), so the residuals are -+3.75
+    for wide-harmful and +-1.25 for the six other runs, and its residual variance is
+    (2 x 3.75^2 + 6 x 1.25^2) / (8 runs - 4 cells - 1 seed shift) = 12.5. Balanced, so
+    harmful - both is 15 (wide) and 0 (narrow), each with SE sqrt(12.5 (1/2 + 1/2)) and 95%
+    half-width t(0.975, 3) x SE = 11.3; Holm over the two: wide 2 x p(|t| = 15 / sqrt 12.5, 3 df)
+    = 0.048, narrow 1."""
     runs = tmp_path / "runs"
     for seed in (0, 1):
         for band, low, high in (("wide", 0.0, 5.0), ("narrow", 0.8, 1.2)):
@@ -201,8 +204,8 @@ def test_direction_ablation_table(tmp_path):
     table = _table(out)
     for line in ("| [0, 5] | both | 20.0 (20.0-20.0) |", "| [0, 5] | harmful | 35.0 (30.0-40.0) |",
                  "| [0.8, 1.2] | both | 20.0 (20.0-20.0) |", "| [0.8, 1.2] | harmful | 20.0 (20.0-20.0) |",
-                 "| [0, 5] | harmful - both (95% t; Holm p) | 15.0 ± 9.8; p = 0.026 |",
-                 "| [0.8, 1.2] | harmful - both (95% t; Holm p) | 0.0 ± 9.8; p = 1 |"):
+                 "| [0, 5] | harmful - both (95% t; Holm p) | 15.0 ± 11.3; p = 0.048 |",
+                 "| [0.8, 1.2] | harmful - both (95% t; Holm p) | 0.0 ± 11.3; p = 1 |"):
         assert line in table, line
     assert table.index("[0, 5] | both") < table.index("[0.8, 1.2] | both")  # the published band first
 
@@ -337,10 +340,12 @@ def test_tables_name_their_machines_and_warn_when_processors_mix(tmp_path, capsy
 def test_drift_table_regime_prediction_and_anchor(tmp_path):
     """plot.py drift on two step sizes: the study's four and PPO against the sampler, N in
     {0, 8, 32}, seeds 0 and 1 (final 0.5 and 0.6 at N = 0, the higher seed alternating between
-    cells so that no shared seed shift is found; at lr 2e-4 20 points lower at every stale N, at
-    lr 5e-5 2 lower). The regime at N = 8: a drop of 20 (2) with residual
-    variance 50 per N (each cell's two seeds at +-5, one degree of freedom per cell): SE
-    sqrt(50 / 2 + 50 / 2), 95% half-width t(0.975, 10) x 7.07 = 15.8; mild at 5e-5 only. PPO's
+    cells; at lr 2e-4 20 points lower at every stale N, at lr 5e-5 2 lower). The model keeps the
+    seed blocks: at each N three of the five cells have one seed high and two the other, so the
+    blocks sit 1 point off each cell's mean and the residuals are +-4 in three cells and +-6 in
+    two, variance (3 x 2 x 16 + 2 x 2 x 36) / (10 runs - 5 cells - 1 block shift) = 60 per N on
+    4 df. The regime at N = 8: a drop of 20 (2), SE sqrt(60 / 2 + 60 / 2) = 7.75 on
+    Satterthwaite's 8 df, 95% half-width t(0.975, 8) x 7.75 = 17.9; mild at 5e-5 only. PPO's
     clip fraction (2% at lr 2e-4, 0.5% at 5e-5) brackets M2PO's 1.22%."""
     hi, lo = tmp_path / "hi", tmp_path / "lo"
     for root, lr, drop, clip in ((hi, 2e-4, 0.2, 0.02), (lo, 5e-5, 0.02, 0.005)):
@@ -357,7 +362,7 @@ def test_drift_table_regime_prediction_and_anchor(tmp_path):
     table = _table(out)
     # K3 x1e-3 of a run: k3 x mean update (5.5); final over seeds (50, 60) at N = 0
     assert "| GRPO | 0.0002 | 55.0 (5.5) | 35.0 (49.5) | 35.0 (182) |" in table
-    half = 15.8
+    half = 17.9
     assert f"| 0.0002 | -20.0 ± {half} | -20.0 ± {half} | -20.0 ± {half} | -20.0 ± {half} | -20.0 ± {half} | no |" in table
     assert f"| 5e-05 | -2.0 ± {half} | -2.0 ± {half} | -2.0 ± {half} | -2.0 ± {half} | -2.0 ± {half} | yes |" in table
     # at lr 2e-4 the drop is 20 at every drift, so the fit predicts 20 where lr 5e-5 drops 2: each
@@ -384,7 +389,7 @@ def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path, capsys):
             (lo, 5e-5, {"topr": 0.6, "grpo_tis": 0.6, "grpo": 0.6}, (0, 8, 32, 128))):
         for i, (loss, final) in enumerate(finals.items()):
             for j, delay in enumerate(delays):
-                for seed in (0, 1):  # the higher seed alternates by cell: no shared seed shift
+                for seed in (0, 1):  # the higher seed alternates by cell
                     _run(root, final + (0.01 if (seed + i + j) % 2 else -0.01), loss, delay, seed, lr=lr)
     out = str(tmp_path / "drift.png")
     plot.main(["drift", f"{hi},{hi_n2},{tmp_path / 'not_yet'}", "--against", str(lo), "--out", out])
@@ -394,12 +399,14 @@ def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path, capsys):
     assert "| TOPR | 0.0002 | 60.0 (5.5) | 0.0 (5.5) | 60.0 (5.5) |" in table  # k3 1e-3 x mean update 5.5
     assert "**Tiers at both step sizes**" in table
     # scores 60 / 30 / 10 at lr 2e-4 (each row's own tier), 60 for all at 5e-5 (one tier). Each
-    # cell's two runs at +-1: variance 2 on 1 df, 3 df per N, 12 per model; a score's SE
-    # sqrt(3 x 2 / 2 / 9) = 0.577 on Satterthwaite's (3 v)^2 / (3 v^2 / 3) = 9 df, 95% half-width
-    # t(0.975, 9) x 0.577 = 1.31; a difference's SE 0.816 on 9 df (simultaneous: wider)
-    assert "| TOPR | a | 1-1 | 60.0 ± 1.3 | +30.0 ± 2.3 (above) | a | 1-3 | 60.0 ± 1.3 | +0.0 ± 2.3 (level) |" in table
-    assert "| GRPO+TIS | b | 2-2 | 30.0 ± 1.3 |  | a | 1-3 | 60.0 ± 1.3 |  | joins the top tier |" in table
-    assert "| GRPO | c | 3-3 | 10.0 ± 1.3 | -20.0 ± 2.3 (below) | a | 1-3 | 60.0 ± 1.3 |" in table
+    # cell's two runs at +-1; at each N two cells have one seed high and one the other, so the
+    # seed blocks (kept) sit 1/3 off and the residuals are +-2/3 in two cells and +-4/3 in one:
+    # variance (4 x 4/9 + 2 x 16/9) / (6 runs - 3 cells - 1 block shift) = 8/3 on 2 df per N; a
+    # score's SE sqrt(3 x 8/3 / 2 / 9) = 0.667 on Satterthwaite's (3 v)^2 / (3 v^2 / 2) = 6 df,
+    # 95% half-width t(0.975, 6) x 0.667 = 1.63; a difference's SE 0.943 on 6 df (simultaneous: wider)
+    assert "| TOPR | a | 1-1 | 60.0 ± 1.6 | +30.0 ± 2.9 (above) | a | 1-3 | 60.0 ± 1.6 | +0.0 ± 2.9 (level) |" in table
+    assert "| GRPO+TIS | b | 2-2 | 30.0 ± 1.6 |  | a | 1-3 | 60.0 ± 1.6 |  | joins the top tier |" in table
+    assert "| GRPO | c | 3-3 | 10.0 ± 1.6 | -20.0 ± 2.9 (below) | a | 1-3 | 60.0 ± 1.6 |" in table
     assert ("of the 3 rows scored at both: 3 change: TOPR (above -> level GRPO+TIS); GRPO+TIS (joins "
             "the top tier); GRPO (joins the top tier, below -> level GRPO+TIS).") in table
 

@@ -18,9 +18,10 @@ def _frame(rows):
 def test_balanced_cells_give_the_cell_means_and_the_pooled_sd_per_n():
     """Two methods, four seeds, one path; y = cell + a wobble (+1, -1, +2, -2) by seed, x 1, 2, 3,
     4 at N = 0, 8, 32, 128, with opposite signs in the two methods. Balanced, so each cell's
-    estimate is its mean, the residuals are the wobbles, and sigma[N]^2 is their sum of squares
-    over 8 - 2 (the N's runs less its two cells). The seeds shift nothing (the wobbles cancel
-    across the methods): the seed test's F is 0."""
+    estimate is its mean; the seeds shift nothing (the wobbles cancel across the methods: the
+    seed test's F is 0, the blocks' effects are 0), so the residuals are the wobbles, and
+    sigma[N]^2 is their sum of squares over 8 - 2 - 3 (the N's runs less its two cells and its
+    four seed blocks' three free shifts)."""
     wobble = (1, -1, 2, -2)
     cell = {("a", 0): 50, ("a", 8): 40, ("a", 32): 30, ("a", 128): 20,
             ("b", 0): 52, ("b", 8): 30, ("b", 32): 20, ("b", 128): 10}
@@ -35,23 +36,24 @@ def test_balanced_cells_give_the_cell_means_and_the_pooled_sd_per_n():
     assert r["seed"]["F"] == pytest.approx(0, abs=1e-9) and r["seed"]["tau"] == 0
     for n in DELAYS:
         ss = 2 * sum((w * scale[n]) ** 2 for w in wobble)  # both methods
-        assert r["sigma"][n] == pytest.approx(math.sqrt(ss / (8 - 2)), rel=1e-9)
-    assert r["df"] == 32 - 8
+        assert r["sigma"][n] == pytest.approx(math.sqrt(ss / (8 - 2 - 3)), rel=1e-9)
+    assert r["df"] == 32 - 8 - 3 - 9
 
 
 def test_satterthwaite_degrees_of_freedom_by_hand():
     """The balanced design above (_shifted_rows with no shift): sigma[N]^2 is in proportion to 1,
-    4, 9, 16 at N = 0, 8, 32, 128, each on 8 - 2 = 6 residual degrees of freedom. A cell at one N
-    rests on that N's variance: 6 df. The score (the mean of the stale cells) has variance in proportion to 4 + 9 + 16, so
-    Satterthwaite gives 6 (4 + 9 + 16)^2 / (4^2 + 9^2 + 16^2) = 6 x 841 / 353 = 14.29 df; the
-    interval is that t quantile times the standard error, both methods alike."""
+    4, 9, 16 at N = 0, 8, 32, 128, each on 8 - 2 - 3 = 3 residual degrees of freedom. A cell at
+    one N rests on that N's variance: 3 df. The score (the mean of the stale cells) has variance
+    in proportion to 4 + 9 + 16, so Satterthwaite gives 3 (4 + 9 + 16)^2 / (4^2 + 9^2 + 16^2) =
+    3 x 841 / 353 = 7.15 df; the interval is that t quantile times the standard error, both
+    methods alike."""
     r = stats.fit_leaderboard(_shifted_rows((0, 0, 0, 0)))
     fit = r["fit"]
-    assert stats.contrast_df(fit, stats._contrast(fit, {("a", 8): 1})) == pytest.approx(6, rel=1e-9)
+    assert stats.contrast_df(fit, stats._contrast(fit, {("a", 8): 1})) == pytest.approx(3, rel=1e-9)
     score = stats._contrast(fit, {("a", n): 1 / 3 for n in (8, 32, 128)})
-    assert stats.contrast_df(fit, score) == pytest.approx(6 * 841 / 353, rel=1e-9)
+    assert stats.contrast_df(fit, score) == pytest.approx(3 * 841 / 353, rel=1e-9)
     se = math.sqrt(sum(r["sigma"][n] ** 2 for n in (8, 32, 128)) / 9 / 4)
-    assert r["score"]["a"][1] == pytest.approx(scipy.stats.t.ppf(0.975, 6 * 841 / 353) * se, rel=1e-9)
+    assert r["score"]["a"][1] == pytest.approx(scipy.stats.t.ppf(0.975, 3 * 841 / 353) * se, rel=1e-9)
 
 
 def _spread_rows(scales, seeds=10, seed=0):
@@ -103,22 +105,37 @@ def test_each_reference_difference_takes_its_own_degrees_of_freedom():
         crit.append(r["vs"]["grpo_tis"][m][1] / se)
         dfs.append(df)
         assert scipy.stats.t.ppf(0.975, df) < crit[-1] < scipy.stats.t.ppf(1 - 0.05 / 10, df)
-    assert min(dfs[:2]) > 1.3 * max(dfs[2:])  # the narrow pairs rest on more df (40-42 against 27-28)
+    assert min(dfs[:2]) > max(dfs[2:]) + 2  # the narrow pairs rest on more df (30-32 against 26-27)
     assert min(crit[:2]) < max(crit[2:])
     order = np.argsort(dfs)
     assert all(np.diff(np.array(crit)[order]) <= 1e-12)
-    assert r["vs_df"] == (min(dfs), max(dfs)) and r["vs_critical"] == (max(crit), min(crit))
+    assert r["vs_df"] == pytest.approx((min(dfs), max(dfs)), rel=1e-12)
+    assert r["vs_critical"] == pytest.approx((max(crit), min(crit)), rel=1e-12)
 
 
 def test_a_collapsed_method_keeps_a_finite_weight():
-    """A method whose stale runs all end at 0% has no spread of its own (its residuals are 0 on
-    d = 3 x (10 - 1) = 27 degrees of freedom); the prior is fitted without it, and its spread^2 is
-    the posterior (d0 s0^2 + 27 x 0) / (d0 + 27) over s0^2 = d0 / (d0 + 27): a finite weight, an
-    interval above zero."""
+    """A method whose stale runs all end at 0% has almost no spread of its own: its residuals are
+    only the seed blocks' shifts, which it does not share (s2 on d degrees of freedom, d the sum
+    of (1 - leverage) over its 30 stale runs, below 3 x (10 - 1) = 27 since the blocks take
+    some). The prior is fitted without it, and its spread^2 is the posterior
+    (d0 s0^2 + d s2) / (d0 + d) over s0^2, s0^2 read off another method's posterior the same way:
+    a finite weight, an interval above zero."""
     data = _spread_rows((1, 2, 1.5, 1, 2.5, 1))
     data.loc[(data["method"] == "m0") & (data["N"] > 0), "y"] = 0.0
     r = stats.fit_leaderboard(data)
-    assert r["spread"]["m0"] ** 2 == pytest.approx(r["prior_df"] / (r["prior_df"] + 27), rel=1e-6)
+    resid, free = np.asarray(r["fit"].resid), 1 - stats.hat_diagonal(r["fit"])
+    scaled = resid / data["N"].map(r["sigma"]).to_numpy()
+
+    def own(m):  # (d, s2) of a method's stale runs
+        rows = ((data["method"] == m) & (data["N"] > 0)).to_numpy()
+        return float(free[rows].sum()), float((scaled[rows] ** 2).sum() / free[rows].sum())
+    d0 = r["prior_df"]
+    d1, s2_1 = own("m1")
+    s0 = d1 * s2_1 / (r["spread"]["m1"] ** 2 * (d0 + d1) - d0)
+    d, s2 = own("m0")
+    assert 10 < d < 27 and s2 < 0.1 * s2_1
+    assert r["spread"]["m0"] ** 2 == pytest.approx((d0 * s0 + d * s2) / (d0 + d) / s0, rel=1e-6)
+    assert r["spread"]["m0"] < 0.6 < min(r["spread"][f"m{i}"] for i in range(1, 6))
     assert 0 < r["score"]["m0"][1] < r["score"]["m1"][1]
     assert r["score"]["m0"][0] == pytest.approx(0, abs=1e-9)
 
@@ -136,34 +153,55 @@ def _shifted_rows(shift, wobble_scale=1.0):
 
 def test_a_seed_shift_shared_by_every_row_is_fitted_and_removed():
     """The balanced design with seeds 0-3 shifting every run by +6, -2, 0, -4 (sum 0): the seed
-    test rejects, the model fits the seed (sum-to-zero), its effects are the shifts, the scores
-    are still 30 and 20, three degrees of freedom go to the seed (32 - 8 - 3), and the error SD
-    is below that of the model without the seed on the same runs (which takes the shifts as
-    noise). One shift per seed and N fits no better (F 0) unless the seeds shift N = 0 apart (then it
-    is fitted, and the cells stay at each N's average seed). Where 'b' lacks seed 0 (the +6 one) the raw mean of its stale cells is 2 points low
-    (the other seeds' mean shift); the fitted seed restores b's score to 20."""
+    test rejects, the seed's effects (sum-to-zero) are the shifts, the scores are still 30 and
+    20, twelve degrees of freedom go to the blocks (32 - 8 cells - 3 seeds - 9 seed x N), and the
+    residuals are the wobbles alone, where the model without the seed on the same runs takes
+    the shifts as noise too (2 x (36 + 4 + 0 + 16) = 112 more in each N's sum of squares). One shift per seed and N fits no better (F 0) unless the seeds shift N = 0
+    apart; the cells stay at each N's average seed either way. Where 'b' lacks seed 0 (the +6
+    one) the raw mean of its stale cells is 2 points low (the other seeds' mean shift); the
+    seed restores b's score to 20."""
     data = _shifted_rows((6, -2, 0, -4))
     r = stats.fit_leaderboard(data)
     assert r["seed"]["fitted"] and r["seed"]["p"] < 0.01
     for s, shift in enumerate((6, -2, 0, -4)):
         assert r["seed"]["effects"][s][0] == pytest.approx(shift, abs=1e-9)
     assert r["score"]["a"][0] == pytest.approx(30, abs=1e-9) and r["score"]["b"][0] == pytest.approx(20, abs=1e-9)
-    assert r["df"] == 32 - 8 - 3
-    assert r["seed"]["per_n"]["F"] == pytest.approx(0, abs=1e-9)  # the same shift at every N
+    assert r["df"] == 32 - 8 - 3 - 9
+    assert r["seed"]["per_n"]["F"] == pytest.approx(0, abs=1e-9) and r["seed"]["per_n"]["fitted"]
     varies = data.assign(y=data["y"] + (data["N"] == 0) * data["seed"].map({0: 10, 1: -10, 2: 10, 3: -10}))
-    per_n = stats.fit_leaderboard(varies)  # N = 0's seeds shift apart: one shift per seed and N
-    assert per_n["seed"]["per_n"]["p"] < 0.05 and per_n["seed"]["per_n"]["fitted"]
-    assert per_n["drop"]["a"][0] == pytest.approx(30 - 50, abs=1e-9) and per_n["df"] == 32 - 8 - 3 - 9
+    per_n = stats.fit_leaderboard(varies)  # N = 0's seeds shift apart
+    assert per_n["seed"]["per_n"]["p"] < 0.05
+    assert per_n["drop"]["a"][0] == pytest.approx(30 - 50, abs=1e-9)
     _, without, _ = stats._fgls(data.assign(cell=data["method"] + "@" + data["N"].astype(str)))
-    assert all(r["sigma"][n] < without[n] for n in DELAYS)
-    assert r["sigma"][0] < 0.5 * without[0]
+    for n, scale in zip(DELAYS, (1, 2, 3, 4)):
+        wobbles = 2 * 10 * scale ** 2  # both methods' (1 + 1 + 4 + 4) x scale^2
+        assert r["sigma"][n] ** 2 * (8 - 2 - 3) == pytest.approx(wobbles, rel=1e-9)
+        assert without[n] ** 2 * (8 - 2) == pytest.approx(wobbles + 112, rel=1e-9)
     partial = _shifted_rows((6, -2, 0, -4), wobble_scale=0.01)
     partial = partial[~((partial["method"] == "b") & (partial["seed"] == 0))]
     raw = partial[(partial["method"] == "b") & (partial["N"] > 0)]["y"].mean()
     assert raw == pytest.approx(18, abs=0.05)
     r = stats.fit_leaderboard(partial)
     assert r["seed"]["fitted"] and r["score"]["b"][0] == pytest.approx(20, abs=0.05)
-    assert not stats.fit_leaderboard(_shifted_rows((0, 0, 0, 0)))["seed"]["fitted"]
+    assert r["seed"]["moves"]["max_apart"] == pytest.approx(1, abs=0.05)  # b's +2 against a's 0, less the mean
+
+
+def test_the_seed_stays_in_the_model_whatever_its_test_says():
+    """No seed shift at all: the seed's test finds nothing (F 0), the blocks are kept anyway, and
+    in the balanced design they move no score (each cell is at its N's average seed with or
+    without them); only the degrees of freedom go (12 of 24). A seed whose only runs are on a
+    path of their own is not estimable apart from it: the model leaves the seed out and says so."""
+    r = stats.fit_leaderboard(_shifted_rows((0, 0, 0, 0)))
+    assert r["seed"]["F"] == pytest.approx(0, abs=1e-9) and r["seed"]["fitted"] and r["seed"]["per_n"]["fitted"]
+    assert r["score"]["a"][0] == pytest.approx(30, abs=1e-9) and r["score"]["b"][0] == pytest.approx(20, abs=1e-9)
+    assert r["seed"]["moves"]["mean"] == pytest.approx(0, abs=1e-9)
+    assert r["seed"]["moves"]["max_apart"] == pytest.approx(0, abs=1e-9)
+    assert r["df"] == 32 - 8 - 3 - 9
+    alone = _shifted_rows((6, -2, 0, -4))
+    alone = alone.assign(path=np.where(alone["seed"] == 3, "Q", "P"))  # seed 3 ran on Q alone
+    r = stats.fit_leaderboard(alone)
+    assert not r["seed"]["fitted"] and r["seed"]["per_n"] is None and r["seed"]["moves"] is None
+    assert r["df"] == 32 - 8 - 1
 
 
 def test_the_rounding_path_factor_undoes_a_confounded_design():
@@ -310,7 +348,8 @@ def test_drift_prediction_holds_out_of_sample_and_refutes_a_step_size_effect():
 
 def test_resampled_errors_keep_each_method_its_own_standardized_residuals():
     """bench_stats.error_pools on the balanced design (_shifted_rows, no shift): every cell holds
-    four runs, so each run's leverage is 1/4 and its residual is its wobble (1, -1, 2, -2) times
+    four runs and each seed block at an N two, so each run's leverage is 1/4 + 1/2 - 1/8 = 5/8
+    (the two-way additive fit within an N), and its residual is its wobble (1, -1, 2, -2) times
     the N's scale, as sigma[N] is. Standardized, a method's stale runs are its wobbles times one
     constant; centred and scaled to mean square 1 they are wobble / sqrt(2.5) for method a and
     -wobble / sqrt(2.5) for b (the signs are opposite), three times over (N = 8, 32, 128). Every
@@ -319,7 +358,7 @@ def test_resampled_errors_keep_each_method_its_own_standardized_residuals():
 
     data = _shifted_rows((0, 0, 0, 0))
     r = stats.fit_leaderboard(data)
-    assert stats.hat_diagonal(r["fit"]) == pytest.approx(np.full(len(data), 0.25), rel=1e-9)
+    assert stats.hat_diagonal(r["fit"]) == pytest.approx(np.full(len(data), 0.625), rel=1e-9)
     pools = bench_stats.error_pools(r)
     wobble = np.array([1, -1, 2, -2] * 3) / math.sqrt(2.5)
     for i, (m, n) in enumerate(zip(data["method"], data["N"])):
@@ -331,8 +370,8 @@ def test_resampled_errors_keep_each_method_its_own_standardized_residuals():
 
 def test_model_checks_residual_shape_by_hand():
     """The balanced design (_shifted_rows, no shift): each run's standardized residual is its
-    wobble (1, -1, 2, -2) over sqrt(2.5) (its residual over sigma[N] = scale sqrt(20 / 6), times
-    1 / sqrt(1 - 1/4)); at every N: eight runs, skew 0, excess kurtosis (1 + 16) / 2 / 2.5^2 - 3
+    wobble (1, -1, 2, -2) over sqrt(2.5) (its residual over sigma[N] = scale sqrt(20 / 3), times
+    1 / sqrt(1 - 5/8)); at every N: eight runs, skew 0, excess kurtosis (1 + 16) / 2 / 2.5^2 - 3
     = -1.64, none beyond 2; one path, so no processor check."""
     checks = stats.model_checks(stats.fit_leaderboard(_shifted_rows((0, 0, 0, 0))))
     assert checks["path_by_method"] is None
