@@ -1,6 +1,6 @@
 """How far the leaderboard's model (stats.py) can be trusted on its own design: simulate runs from
-its fit to the kept results (the fitted cell means and path effects, Normal errors with the fitted
-SD per N and spread per method), refit each simulated table, and count how often the intervals
+its fit to the kept results (the fitted cell means, path effects and seed blocks, Normal errors
+with the fitted SD per N and spread per method), refit each simulated table, and count how often the intervals
 cover the truth and how often the tiers split methods that do not differ.
 
     python bench_stats.py results/leaderboard_toy --reps 200 [--pooled] [--errors resampled]

@@ -189,14 +189,20 @@ def test_a_seed_shift_shared_by_every_row_is_fitted_and_removed():
 def test_the_seed_stays_in_the_model_whatever_its_test_says():
     """No seed shift at all: the seed's test finds nothing (F 0), the blocks are kept anyway, and
     in the balanced design they move no score (each cell is at its N's average seed with or
-    without them); only the degrees of freedom go (12 of 24). A seed whose only runs are on a
-    path of their own is not estimable apart from it: the model leaves the seed out and says so."""
+    without them); only the degrees of freedom go (12 of 24). A seed that lacks an N keeps its
+    shift and loses the seed x N term (its block at that N has no run). A seed whose only runs
+    are on a path of their own is not estimable apart from it: the model leaves the seed out and
+    says so."""
     r = stats.fit_leaderboard(_shifted_rows((0, 0, 0, 0)))
     assert r["seed"]["F"] == pytest.approx(0, abs=1e-9) and r["seed"]["fitted"] and r["seed"]["per_n"]["fitted"]
     assert r["score"]["a"][0] == pytest.approx(30, abs=1e-9) and r["score"]["b"][0] == pytest.approx(20, abs=1e-9)
     assert r["seed"]["moves"]["mean"] == pytest.approx(0, abs=1e-9)
     assert r["seed"]["moves"]["max_apart"] == pytest.approx(0, abs=1e-9)
     assert r["df"] == 32 - 8 - 3 - 9
+    lacking = _shifted_rows((6, -2, 0, -4))
+    r = stats.fit_leaderboard(lacking[~((lacking["seed"] == 3) & (lacking["N"] == 0))])
+    assert r["seed"]["fitted"] and not r["seed"]["per_n"]["fitted"] and r["seed"]["per_n"]["F"] is None
+    assert r["seed"]["effects"][3][0] == pytest.approx(-4, abs=1e-9) and r["df"] == 30 - 8 - 3
     alone = _shifted_rows((6, -2, 0, -4))
     alone = alone.assign(path=np.where(alone["seed"] == 3, "Q", "P"))  # seed 3 ran on Q alone
     r = stats.fit_leaderboard(alone)
