@@ -589,29 +589,26 @@ def late_evaluations(run: dict):
 def late_measure_lines(runs: list) -> list:
     """The late-evaluation measure against the final evaluation on the same runs: per N and over
     all, the pooled within-cell SD (cells: method x N x rounding path with >= 2 such runs)."""
-    cells = defaultdict(list)
-    for r in runs:
-        both = late_evaluations(r)
-        if both:
-            cells[(method(r), r["delay"], rounding_path(r))].append(both)
-    cells = {k: v for k, v in cells.items() if len(v) > 1}
-    if not cells:
+    frame = pd.DataFrame([{"method": method(r), "N": r["delay"], "path": rounding_path(r), "all": "all",
+                           "final": both[0], "late": both[1]} for r in runs if (both := late_evaluations(r))])
+    if frame.empty:
         return []
-
-    def pooled(keys, i):
-        ss = sum(sum((v[i] - mean([w[i] for w in cells[k]])) ** 2 for v in cells[k]) for k in keys)
-        return math.sqrt(ss / sum(len(cells[k]) - 1 for k in keys))
-
+    cell = ["method", "N", "path"]
+    frame = frame[frame.groupby(cell)["final"].transform("count") > 1]
+    if frame.empty:
+        return []
+    sd = {m: {**stats.within_cell_sd(frame.assign(y=frame[m]), cell),
+              **stats.within_cell_sd(frame.assign(y=frame[m]), cell, by="all")} for m in ("final", "late")}
     lines = ["", f"**A lower-noise final measure?** The final evaluation against the mean of the last "
              f"{LATE_EVALS} evaluations, on the same runs (those evaluated at least {LATE_EVALS} times in "
              f"their last {LATE_SPAN:.0%} of updates): pooled within-cell SD over seeds (cells: method x "
              f"N x rounding path with two or more runs).", "",
              "| N | cells | runs | SD of the final evaluation | SD of the late mean | ratio |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for n in sorted({k[1] for k in cells}) + ["all"]:
-        keys = [k for k in cells if n == "all" or k[1] == n]
-        final_sd, late_sd = pooled(keys, 0), pooled(keys, 1)
-        lines.append(f"| {n} | {len(keys)} | {sum(len(cells[k]) for k in keys)} | {100 * final_sd:.2f} | "
+    for n in sorted(frame["N"].unique()) + ["all"]:
+        runs_n = frame if n == "all" else frame[frame["N"] == n]
+        final_sd, late_sd = sd["final"][n], sd["late"][n]
+        lines.append(f"| {n} | {runs_n.groupby(cell).ngroups} | {len(runs_n)} | {100 * final_sd:.2f} | "
                      f"{100 * late_sd:.2f} | {late_sd / final_sd:.2f} |")
     return lines
 

@@ -543,7 +543,7 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     error, mean(y - ybar_0) - (a + b mean(x)) with ybar_0 the mean of its own N = 0 test runs,
     has variance sum over its n stale runs r of t[N_r]^2 / n^2 + t[0]^2 / n_0 + the fit's
     variance of a + b mean(x), where t[N] is the test step size's own noise at N: the SD of its
-    runs about their method x N cell means, pooled over the methods (_within_cell_sd; an N
+    runs about their method x N cell means, pooled over the methods (within_cell_sd; an N
     without a replicate takes the largest). The noise grows with N and differs between step
     sizes, so each side is weighed by its own; where a seed shifts every row alike (the smaller
     steps), t counts that shift, which the paired stale-minus-N = 0 difference partly cancels:
@@ -578,12 +578,12 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
     design = np.column_stack([col for m in methods for col in (
         (train["method"] == m).to_numpy(float), (train["method"] == m) * train["stale"],
         (train["method"] == m) * train["stale"] * train["x"])])
-    fit_noise = _within_cell_sd(train)
+    fit_noise = within_cell_sd(train)
     largest = max(fit_noise.values(), default=1.0)  # no replicated cell: weights 1, so OLS
     weights = 1 / train["N"].map(lambda n: fit_noise.get(n, largest)).to_numpy(float) ** 2
     fit = sm.WLS(train["y"].to_numpy(float), design, weights=weights).fit()
     lines = {m: (float(fit.params[3 * k + 1]), float(fit.params[3 * k + 2])) for k, m in enumerate(methods)}
-    noise = _within_cell_sd(test)  # an N without a replicate: the largest, else the OLS residual SD
+    noise = within_cell_sd(test)  # an N without a replicate: the largest, else the OLS residual SD
     fallback = max(noise.values(), default=largest if fit_noise else math.sqrt(fit.scale))
     t2 = lambda ns: sum(noise.get(n, fallback) ** 2 for n in ns)  # summed over runs at these N
 
@@ -631,13 +631,14 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
             "rmse_inside": rms([c["error"] for c in cells if c["inside"]])}
 
 
-def _within_cell_sd(runs: pd.DataFrame) -> dict:
-    """{N: the SD of the runs at N about their method x N cell means, pooled over the methods}, for
-    the N with a replicated cell. runs: columns method, N, y."""
-    cell = runs.groupby(["method", "N"])["y"]
-    squares = ((runs["y"] - cell.transform("mean")) ** 2).groupby(runs["N"]).sum()
-    dof = (cell.count() - 1).groupby(level="N").sum()
-    return {int(n): math.sqrt(float(squares[n]) / float(dof[n])) for n in dof.index if dof[n] > 0}
+def within_cell_sd(runs: pd.DataFrame, cells: tuple = ("method", "N"), by: str = "N") -> dict:
+    """{level of `by`: the SD of its runs about their cell means (cells: the columns `cells`),
+    pooled over its cells}, for the levels with a replicated cell. runs: those columns, `by`
+    and y."""
+    cell = runs.groupby(list(cells))["y"]
+    squares = ((runs["y"] - cell.transform("mean")) ** 2).groupby(runs[by]).sum()
+    dof = (cell.transform("count") - 1).div(cell.transform("count")).groupby(runs[by]).sum()
+    return {n: math.sqrt(float(squares[n]) / float(dof[n])) for n in dof.index if dof[n] > 0}
 
 
 def drift_verdict(one_way: dict, other_way: dict) -> dict:
