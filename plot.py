@@ -669,7 +669,8 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                         "(min-max) over seeds of the runs themselves, in %."]
     (df_lo, df_hi), (crit_hi, crit_lo) = result.get("vs_df", (math.nan,) * 2), result.get("vs_critical", (math.nan,) * 2)
     lines.append("Staleness score: the model's mean over N = " + ", ".join(map(str, stats.STALE_DELAYS))
-                 + " at the average seed and path, 95% t interval; drop: score minus the method's "
+                 + " at the average seed and path, 95% t interval (for these seeds: a shift that another set "
+                 "of seeds would give every row alike is not in it; the seed's SD is below); drop: score minus the method's "
                  "own N = 0 cell; vs a reference: simultaneous 95% intervals over the "
                  f"{result.get('vs_family', 0)} differences to {', '.join(name(r) for r in result['vs'])}"
                  f" (max-|t|, each difference on its own degrees of freedom, {df_lo:.0f}-{df_hi:.0f}: "

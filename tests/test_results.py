@@ -321,9 +321,11 @@ def test_the_direction_differences_in_the_docs_are_the_generated_ones():
 
 def test_the_seed_readings_hold_in_the_generated_tables():
     """docs/leaderboard.md's seed: every table keeps the seed and the seed x N blocks; at lr 2e-4
-    the seed's F test sits near the 5% line (F below 2) and the blocks move the scores by under
+    the seed's F test sits near the 5% line (F below 2), its moment SD is about a tenth of the
+    error SD (below a quarter of the smallest SD per N), and the blocks move the scores by under
     two points, the rows apart from the common shift by under half a point on average; at lr
-    5e-5 and 1.25e-5 the test rejects by far (F above 50)."""
+    5e-5 and 1.25e-5 the test rejects by far (F above 50) and the seed's SD is two to three
+    points (1.5-3.5)."""
     def seed_line(name):
         with open(os.path.join(ROOT, "figures", name)) as f:
             return re.search(r"\*\*The seed\*\* .*", f.read()).group(0)
@@ -332,6 +334,11 @@ def test_the_seed_readings_hold_in_the_generated_tables():
         line = seed_line(name)
         assert line.startswith("**The seed** (kept as the design's block") and "One shift per seed and N" in line
         assert f_range[0] < float(re.search(r"F = ([\d.]+)", line).group(1)) < f_range[1]
+        tau = float(re.search(r"variance component \(moments\) SD (\d+\.\d+)", line).group(1))
+        with open(os.path.join(ROOT, "figures", name)) as f:
+            sigma = [float(v) for v in re.search(r"error SD per N: ([^;]*);", f.read()).group(1).split(", ")
+                     for v in [v.split(": ")[1]]]
+        assert tau < 0.25 * min(sigma) if f_range[0] == 0 else 1.5 < tau < 3.5
     moves = re.search(r"move by ([-+][\d.]+) points on average and, apart from that common shift, by "
                       r"(\d+\.\d+) on average, at most (\d+\.\d+)", seed_line("leaderboard_v3_toy.md"))
     mean, mean_apart, max_apart = map(float, moves.groups())
