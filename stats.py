@@ -267,31 +267,30 @@ def contrast_df(fit, v: np.ndarray) -> float:
 
 
 def _fit(data: pd.DataFrame, by_method: bool = False) -> tuple:
-    """(fit, {N: sigma}, seed) of the model with the design's blocks: a shift per seed and one per
-    seed and N on top, each kept wherever it is estimable apart from the rounding path, whatever
-    its test says (the tests are reported in `seed`, not used to choose; seed["without"] is the
-    fit without them); a spread per method if `by_method`."""
-    fit, sigma, weights = _fgls(data, by_method=by_method)
-    seed = {**_seed_test(data, fit, weights, sigma), "fitted": False, "per_n": None, "without": fit}
+    """(fit, {N: sigma}, seed, the fit without the seed) of the model with the design's blocks: a
+    shift per seed and one per seed and N on top, the widest of these that is estimable apart
+    from the rounding path, whatever their tests say (the tests are reported in `seed`, not used
+    to choose); a spread per method if `by_method`."""
+    without, sigma, weights = _fgls(data, by_method=by_method)
+    seed = {**_seed_test(data, without, weights, sigma), "fitted": False, "per_n": None}
     if seed["p"] is None:  # one seed
-        return fit, sigma, seed
-    try:
-        fit, sigma, _ = _fgls(data, seed=True, by_method=by_method)
-    except ValueError:  # a seed run on one kind alone: not estimable apart from the path
-        return fit, sigma, seed
-    seed["fitted"] = True
+        return without, sigma, seed, without
     if data["N"].nunique() > 1:  # one shift per seed and N (the sweep's block)
         try:
-            per_n, per_n_sigma, block_weights = _fgls(_with_seed_by_n(data), block=True, by_method=by_method)
+            fit, block_sigma, block_weights = _fgls(_with_seed_by_n(data), block=True, by_method=by_method)
         except ValueError:  # a seed missing an N, or a block alone on its kind, or no residual left
             seed["per_n"] = {"F": None, "p": None, "fitted": False}
-            return fit, sigma, seed
-        # reported: against one shift per seed, both at the larger model's weights
-        one = smf.wls(_formula(data, seed=True), data, weights=block_weights).fit()
-        f, p, _ = per_n.compare_f_test(one)
-        seed["per_n"] = {"F": float(f), "p": float(p), "fitted": True}
-        fit, sigma = per_n, per_n_sigma
-    return fit, sigma, seed
+        else:  # reported: against one shift per seed, both at the larger model's weights
+            one = smf.wls(_formula(data, seed=True), data, weights=block_weights).fit()
+            f, p, _ = fit.compare_f_test(one)
+            seed.update(fitted=True, per_n={"F": float(f), "p": float(p), "fitted": True})
+            return fit, block_sigma, seed, without
+    try:  # one shift per seed (the block model holds it, so this runs only where that is refused)
+        fit, seed_sigma, _ = _fgls(data, seed=True, by_method=by_method)
+    except ValueError:  # a seed run on one kind alone: not estimable apart from the path
+        return without, sigma, {**seed, "per_n": None}, without
+    seed["fitted"] = True
+    return fit, seed_sigma, seed, without
 
 
 def _seed_test(data: pd.DataFrame, fit, weights, sigma: dict) -> dict:
@@ -352,7 +351,7 @@ def fit_cells(data: pd.DataFrame) -> tuple:
     data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
     if data.groupby("N")["path"].nunique().max() == 1:  # each N on one path: the cells absorb it
         data = data.assign(path="one per N")
-    fit, sigma, _ = _fit(data)
+    fit, sigma, _, _ = _fit(data)
     return fit, sigma
 
 
@@ -431,7 +430,7 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
     Methods that lack a run at one of STALE_DELAYS have no score and are left out of the
     comparisons. by_method: the error SD's spread per method at N > 0 (False: one SD per N)."""
     data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
-    fit, sigma, seed = _fit(data, by_method)
+    fit, sigma, seed, without = _fit(data, by_method)
     have = set(zip(data["method"], data["N"]))
     methods = sorted({m for m in data["method"] if all((m, n) in have for n in STALE_DELAYS)})
     share = 1 / len(STALE_DELAYS)
@@ -476,7 +475,6 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
         _compare(out, methods, est, cov, lambda i, j: contrast_df(fit, score_l[i] - score_l[j]), rng)
     out["sd_score"] = math.sqrt(sum(sigma[n] ** 2 for n in STALE_DELAYS if n in sigma)) / len(STALE_DELAYS)
     out["path"] = dict(zip(("effects", "tau", "F", "p"), _factor_effects(fit, "path", sigma)))
-    without = seed.pop("without")
     out["seed"] = {**seed, "effects": _factor_effects(fit, "seed", sigma)[0], "moves": None}
     if seed["fitted"] and methods:  # how far the blocks move the scores: common shift, then the rest
         moved = est - np.array([_contrast(without, {(m, n): share for n in STALE_DELAYS}) @ without.params.to_numpy()
