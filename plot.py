@@ -566,6 +566,12 @@ def pm(m: float, half, scale: float = 100) -> str:
     return f"{round(scale * m, 1) + 0.0:.1f}" + (f" ± {scale * half:.1f}" if half is not None else "")  # no "-0.0"
 
 
+def signed(x: float) -> str:
+    """x to one decimal with its sign, "+0.0" for what rounds to zero (no "-0.0" from a rounding-
+    level negative)."""
+    return f"{round(x, 1) + 0.0:+.1f}"
+
+
 def rounding_path(run: dict) -> str:
     """The processor kind(s) a run ran on (' + ' between kinds when it was resumed on another),
     with its thread count and matmul backend: what sets its rounding."""
@@ -688,7 +694,7 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                   f"(moments) SD {seed['tau']:.2f} points."]
         if seed["effects"]:
             lines[-1] += " Effects (points, 95% t" + (", means over N" if (seed["per_n"] or {}).get("fitted") else "") \
-                + "): " + ", ".join(f"seed {lvl} {e:+.1f} ± {h:.1f}" for lvl, (e, h) in seed["effects"].items()) + "."
+                + "): " + ", ".join(f"seed {lvl} {signed(e)} ± {h:.1f}" for lvl, (e, h) in seed["effects"].items()) + "."
         if seed["per_n"] and seed["per_n"]["fitted"]:
             lines[-1] += (" One shift per seed and N (the sweep's block), kept too, against one per seed: "
                           f"F = {seed['per_n']['F']:.2f}, p = {seed['per_n']['p']:.2g}.")
@@ -796,7 +802,7 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
         vs = []
         for r in refs:
             d = result["vs"][r].get(name)
-            vs.append(f"{d[0]:+.1f} ± {d[1]:.1f}{' *' if d[2] < stats.ALPHA else ''}" if d else "")
+            vs.append(f"{signed(d[0])} ± {d[1]:.1f}{' *' if d[2] < stats.ALPHA else ''}" if d else "")
         diag = []
         for key, scale, _ in LEADERBOARD_AT:
             values = [last_fraction(r["rows"], key) for r in groups.get((name, at_delay), [])]
@@ -1076,7 +1082,7 @@ def processors(root: str, out: str, against: str = None, **_) -> None:
     finals = [(final_mean(ref), final_mean(rerun)) for ref, rerun in pairs]
     for (ref, rerun), (x, y) in zip(pairs, finals):
         lines.append(f"| {rerun['name']} | {kind(ref)} | {kind(rerun)} | {100 * x:.1f} | {100 * y:.1f} "
-                     f"| {100 * (y - x):+.1f} | {same_rewards_through(ref, rerun)} of "
+                     f"| {signed(100 * (y - x))} | {same_rewards_through(ref, rerun)} of "
                      f"{rerun['cfg']['updates']} |")
     size = [abs(y - x) for x, y in finals]
     lines.append(f"| mean (max) abs difference, {len(pairs)} runs | | | | | "
@@ -1135,15 +1141,15 @@ def drift_lines(pred: dict, lr_fit: float, lr_test: float, name) -> list:
     verdict = lambda v: "refuted" if v["refuted"] else "holds"
     for m, v in sorted(pred["methods"].items(), key=lambda kv: -abs(kv[1]["z"])):
         w = pred["inside"]["methods"].get(m)
-        lines.append(f"| {name(m)} | {v['runs']} | {v['error']:+.1f} ± {2 * v['se']:.1f} | {v['z']:+.1f} "
+        lines.append(f"| {name(m)} | {v['runs']} | {signed(v['error'])} ± {2 * v['se']:.1f} | {signed(v['z'])} "
                      f"| {v['p_holm']:.2g} | {verdict(v)} | "
-                     + (f"{w['runs']} | {w['error']:+.1f} ± {2 * w['se']:.1f} | {w['p_holm']:.2g} | {verdict(w)} |"
+                     + (f"{w['runs']} | {signed(w['error'])} ± {2 * w['se']:.1f} | {w['p_holm']:.2g} | {verdict(w)} |"
                         if w else " | | | |"))
     lines += ["", "| method | N | runs | K3 x1e-3 | inside the fitted drift | drop from its N = 0, observed "
               "| predicted | error |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {name(c['method'])} | {c['N']} | {c['runs']} | {1e3 * c['drift']:.3g} "
-              f"| {'yes' if c['inside'] else 'no (extrapolated)'} | {c['observed']:+.1f} "
-              f"| {c['predicted']:+.1f} | {c['error']:+.1f} |" for c in pred["cells"]]
+              f"| {'yes' if c['inside'] else 'no (extrapolated)'} | {signed(c['observed'])} "
+              f"| {signed(c['predicted'])} | {signed(c['error'])} |" for c in pred["cells"]]
     return lines
 
 
@@ -1168,7 +1174,7 @@ def verdict_lines(one_way: dict, other_way: dict, lrs: tuple, name) -> list:
         if not s["methods"]:
             parts.append(head + "no test yet")
             continue
-        beyond = ", ".join(f"{name(m)} {e:+.1f} (z {z:+.1f})" for m, e, z in s["beyond_2se"])
+        beyond = ", ".join(f"{name(m)} {signed(e)} (z {signed(z)})" for m, e, z in s["beyond_2se"])
         parts.append(head + f"joint p = {s['p']:.2g} on {s['methods']} methods; refuted after Holm: "
                      + (", ".join(name(m) for m in s["refuted"]) or "none")
                      + "; beyond 2 SE unadjusted: " + (beyond or "none"))
@@ -1239,7 +1245,7 @@ def tier_lines(runs: dict, order: list, name) -> list:
             vs = "" if d is None else "level" if d[2] >= stats.ALPHA else "above" if d[0] > 0 else "below"
             places.append((bool(set(res["tiers"].get(m, "")) & top[lr]), vs))
             cells.append(f"{res['tiers'][m]} | {rank[0]}-{rank[1]} | {sc:.1f} ± {half:.1f} | "
-                         + (f"{d[0]:+.1f} ± {d[1]:.1f} ({vs})" if d else ""))
+                         + (f"{signed(d[0])} ± {d[1]:.1f} ({vs})" if d else ""))
         what = []
         if places[0][0] != places[1][0]:
             what.append("joins the top tier" if places[1][0] else "leaves the top tier")
@@ -1277,7 +1283,7 @@ def regime_lines(frames: list, name) -> list:
         except ValueError:  # one run per cell: no residual degrees of freedom yet
             means = own.groupby(["method", "N"])["y"].mean()
             drops = {m: (means[(m, 8)] - means[(m, 0)], None) for m in have}
-            cell = lambda m: f"{drops[m][0]:+.1f} (one seed)" if m in drops else ""
+            cell = lambda m: f"{signed(drops[m][0])} (one seed)" if m in drops else ""
         study = [m for m in REGIME_ROWS[:4] if m in drops]
         mild = ("" if len(study) < 4 else "yes" if all(drops[m][0] > -MILD_DROP for m in study) else "no")
         lines.append(f"| {d['lr'].iloc[0]:g} | " + " | ".join(cell(m) for m in shown) + f" | {mild} |")

@@ -55,8 +55,10 @@ fewer than one resting on many):
   with simultaneous 95% intervals (single-step max-|t|, each difference on its own degrees of
   freedom as Hasler and Hothorn 2008 (Biometrical Journal 50: 793) do under unequal variances:
   difference k's critical value is the 95% quantile of max_i |T_i| for T multivariate t with the
-  contrasts' correlation and k's contrast_df, by Monte Carlo with a fixed seed; an interval
-  excludes 0 exactly when its adjusted p is below 0.05).
+  contrasts' correlation and k's contrast_df: max_i |Z_i| by Monte Carlo with a fixed seed (the
+  scores' errors drawn through the Cholesky factor of their covariance, so a change of the fit
+  at the rounding level moves the draws as little), the chi-square of the t's denominator by
+  quadrature; an interval excludes 0 exactly when its adjusted p is below 0.05).
 - tiers: every pair of methods, two-sided t tests with Holm's step-down adjustment over all
   pairs (family-wise 5%), summarised by a compact letter display (insert-absorb): two methods
   that share a letter cannot be told apart; letters go by the best score in each group.
@@ -87,6 +89,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+import scipy.linalg
 import scipy.optimize
 import scipy.special
 import scipy.stats
@@ -100,6 +103,7 @@ REFERENCES = ("grpo_tis", "grpo", "grpo_behavior")  # the named rows every metho
 ALPHA = 0.05  # family-wise error rate of the tiers and of the reference intervals
 POWER = 0.8  # the power the seed counts aim for
 DRAWS = 100_000  # Monte Carlo draws: the max-|t| critical value and the rank intervals
+QUADRATURE = 2000  # quantile points of the chi-square in the max-|t| distribution (_max_t_cdf)
 DRAW_SEED = 0  # fixed: the same tables from the same results
 FGLS_ROUNDS = 50  # weight re-estimations at most (a fixed point is reached in 3-4 with one SD
 # per N, in ~20 with a spread per method)
@@ -155,31 +159,46 @@ def _squeeze(s2: np.ndarray, d: np.ndarray, prior: np.ndarray) -> tuple:
 
 def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method: bool = False):
     """(fit, {N: sigma}, weights) of the model (with the seed term if `seed`, one per seed and N if
-    `block`) with weights 1 / (sigma[N]^2 lambda[method]^2) at their fixed point; lambda = 1
-    unless `by_method`, then one per method on its runs at N > 0, moderated (_squeeze) and
-    relative to the prior's s0. The fit carries `spread` ({method: lambda}), `prior_df` (d0) and
-    `variance_groups` ([(runs, degrees of freedom)] of each estimated variance factor: each N's
-    sigma^2, each method's lambda^2) for contrast_df."""
-    formula, weights, sigma = _formula(data, seed, block), np.ones(len(data)), {}
-    groups = {n: np.flatnonzero(data["N"].to_numpy() == n) for n in sorted(data["N"].unique())}
-    stale = data["N"].to_numpy() != 0
-    own = {m: np.flatnonzero(stale & (data["method"].to_numpy() == m)) for m in sorted(data["method"].unique())}
+    `block`) with weights 1 / (sigma[N]^2 lambda[method]^2) at their fixed point (fgls_weights). The
+    fit carries `spread` ({method: lambda}), `prior_df` (d0) and `variance_groups` ([(runs,
+    degrees of freedom)] of each estimated variance factor: each N's sigma^2, each method's
+    lambda^2) for contrast_df."""
+    formula = _formula(data, seed, block)
+    with warnings.catch_warnings():  # refused below, with the reason
+        warnings.simplefilter("ignore", SingularMatrixWarning)
+        x = smf.wls(formula, data, weights=np.ones(len(data))).exog  # the design, built once
+    if np.linalg.matrix_rank(x) < x.shape[1]:  # positive weights do not change the rank
+        raise ValueError("the leaderboard model cannot tell a processor kind from the methods "
+                         "run on it: run the reference rows on every kind")
+    if len(data) - x.shape[1] < 1:
+        raise ValueError("the leaderboard model has no residual degrees of freedom: it needs "
+                         "cells with more than one seed")
+    weights, sigma, spread, prior_df, variance_groups = fgls_weights(
+        x, data["y"].to_numpy(dtype=float), data["N"].to_numpy(), data["method"].to_numpy(), by_method)
+    fit = smf.wls(formula, data, weights=weights).fit()
+    fit.spread, fit.prior_df, fit.variance_groups = spread, prior_df, variance_groups
+    return fit, sigma, weights
+
+
+def fgls_weights(x: np.ndarray, y: np.ndarray, n_of_run: np.ndarray, method_of_run: np.ndarray,
+                 by_method: bool = False) -> tuple:
+    """The feasible GLS fixed point of design x (full rank) and outcomes y: (weights 1 /
+    (sigma[N]^2 lambda[method]^2), {N: sigma}, {method: lambda}, prior df d0, variance groups
+    [(runs, degrees of freedom)]). lambda = 1 unless `by_method`, then one per method on its runs
+    at N > 0, moderated (_squeeze) and relative to the prior's s0."""
+    weights, sigma, df_resid = np.ones(len(y)), {}, len(y) - x.shape[1]
+    groups = {n: np.flatnonzero(n_of_run == n) for n in sorted(set(n_of_run))}
+    stale = n_of_run != 0
+    own = {m: np.flatnonzero(stale & (method_of_run == m)) for m in sorted(set(method_of_run))}
     spread, prior_df, method_df = {m: 1.0 for m in own}, math.inf, {}  # spread: lambda^2
-    lam2 = np.ones(len(data))  # each run's lambda^2 (1 at N = 0)
+    lam2 = np.ones(len(y))  # each run's lambda^2 (1 at N = 0)
+    sigma2_of_run = lambda v: np.select([n_of_run == n for n in v], list(v.values()))
     for _ in range(FGLS_ROUNDS):
-        with warnings.catch_warnings():  # refused below, with the reason
-            warnings.simplefilter("ignore", SingularMatrixWarning)
-            fit = smf.wls(formula, data, weights=weights).fit()
-        x = fit.model.wexog
-        if np.linalg.matrix_rank(x) < x.shape[1]:
-            raise ValueError("the leaderboard model cannot tell a processor kind from the methods "
-                             "run on it: run the reference rows on every kind")
-        if fit.df_resid < 1:
-            raise ValueError("the leaderboard model has no residual degrees of freedom: it needs "
-                             "cells with more than one seed")
-        leverage = hat_diagonal(fit)
-        resid = np.asarray(fit.resid)
-        pooled = float(resid @ (resid * weights) / fit.df_resid)  # in the weighted scale
+        root = np.sqrt(weights)
+        q, r = np.linalg.qr(x * root[:, None])  # the weighted least squares by QR
+        resid = y - x @ scipy.linalg.solve_triangular(r, q.T @ (y * root))
+        leverage = (q ** 2).sum(axis=1)  # the hat matrix's diagonal
+        pooled = float(resid @ (resid * weights) / df_resid)  # in the weighted scale
         new, dof = {}, {}
         for n, rows in groups.items():
             dof[n] = float((1 - leverage[rows]).sum())
@@ -191,12 +210,12 @@ def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method
                              f"its cells do not vary across seeds")
         new_spread = dict(spread)
         if by_method:  # each method's variance at N > 0 relative to sigma[N]^2, moderated
-            scaled = resid ** 2 / data["N"].map(new).to_numpy()
+            scaled = resid ** 2 / sigma2_of_run(new)
             method_df = {m: float((1 - leverage[rows]).sum()) for m, rows in own.items()}
             fitted = [m for m in own if method_df[m] >= 1]
             # a method whose runs at N > 0 all end alike (collapsed to 0%) sits at a bound: its
             # variance is no draw from the methods' distribution, and the prior leaves it out
-            varies = np.array([data["y"].iloc[own[m]].nunique() > 1 for m in fitted], dtype=bool)
+            varies = np.array([np.ptp(y[own[m]]) > 0 for m in fitted], dtype=bool)
             if varies.sum() >= 3:  # the prior needs a spread of variances
                 d = np.array([method_df[m] for m in fitted])
                 s2 = np.array([scaled[own[m]].sum() for m in fitted]) / d
@@ -205,16 +224,14 @@ def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method
         done = sigma and all(abs(new[n] - sigma[n]) <= FGLS_TOLERANCE * sigma[n] for n in new) \
             and all(abs(new_spread[m] - spread[m]) <= FGLS_TOLERANCE * spread[m] for m in own)
         sigma, spread = new, new_spread
-        lam2 = np.where(stale, data["method"].map(spread).to_numpy(), 1.0)
-        weights = 1 / (data["N"].map(sigma).to_numpy() * lam2)
+        lam2 = np.where(stale, np.array([spread[m] for m in method_of_run]), 1.0)
+        weights = 1 / (sigma2_of_run(sigma) * lam2)
         if done:
             break
-    fit = smf.wls(formula, data, weights=weights).fit()
-    fit.spread = {m: math.sqrt(v) for m, v in spread.items()}
-    fit.prior_df = prior_df
-    fit.variance_groups = [(groups[n], dof[n]) for n in groups] + (
+    variance_groups = [(groups[n], dof[n]) for n in groups] + (
         [(own[m], prior_df + method_df[m]) for m in own if len(own[m])] if by_method else [])
-    return fit, {n: math.sqrt(v) for n, v in sigma.items()}, weights
+    return (weights, {n: math.sqrt(v) for n, v in sigma.items()}, {m: math.sqrt(v) for m, v in spread.items()},
+            prior_df, variance_groups)
 
 
 def hat_diagonal(fit) -> np.ndarray:
@@ -454,19 +471,18 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
         c = np.array([score_l[methods.index(m)] - score_l[methods.index(r)] for m, r in family])
         diff, cov_d = c @ params, c @ cov_p @ c.T
         se = np.sqrt(np.diag(cov_d))
-        corr = cov_d / np.outer(se, se)
-        max_z = np.abs(rng.multivariate_normal(np.zeros(len(family)), corr, size=DRAWS, method="eigh")).max(axis=1)
-        # each difference against max|T| on its own degrees of freedom (Hasler and Hothorn
-        # 2008): one uniform per draw gives every df its chi-square by the inverse CDF, so the
-        # critical value falls smoothly as the df grow
-        u = 1 - rng.random(DRAWS)
+        # max |Z| over the family, Z the differences' errors over their SEs, from draws of the
+        # scores' errors (Cholesky of their covariance, full rank where the family's is not)
+        errors = rng.standard_normal((DRAWS, len(methods))) @ np.linalg.cholesky(cov).T
+        pick = lambda names: [methods.index(n) for n in names]
+        max_z = np.sort((np.abs(errors[:, pick(m for m, _ in family)] - errors[:, pick(r for _, r in family)])
+                         / se).max(axis=1))
         dfs = [contrast_df(fit, row) for row in c]
         crits = []
         for k, (m, r) in enumerate(family):
-            max_t = max_z / np.sqrt(scipy.stats.chi2.ppf(u, dfs[k]) / dfs[k]) if math.isfinite(dfs[k]) else max_z
-            crits.append(float(np.quantile(max_t, 1 - ALPHA)))
-            p_adj = float((max_t >= abs(diff[k]) / se[k]).mean())
-            out["vs"][r][m] = (float(diff[k]), crits[-1] * float(se[k]), p_adj)
+            below = _max_t_cdf(max_z, dfs[k])  # P(max |T| <= t) on difference k's own df
+            crits.append(scipy.optimize.brentq(lambda t: below(t) - (1 - ALPHA), 0, 10 * max_z[-1]))
+            out["vs"][r][m] = (float(diff[k]), crits[-1] * float(se[k]), float(1 - below(abs(diff[k]) / se[k])))
         out["vs_family"] = len(family)
         out["vs_df"], out["vs_critical"] = (min(dfs), max(dfs)), (max(crits), min(crits))
     if not methods:  # no method has every stale N yet: cells only
@@ -493,6 +509,16 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
     return out
 
 
+def _max_t_cdf(max_z: np.ndarray, df: float):
+    """t -> P(max_i |T_i| <= t), T_i = Z_i / sqrt(V), V ~ chi2(df) / df independent of Z (the
+    multivariate t of Hasler and Hothorn 2008 on one difference's df): the empirical distribution
+    of max |Z| (sorted draws) integrated over V at its QUADRATURE midpoint quantiles."""
+    if not math.isfinite(df):
+        return lambda t: np.searchsorted(max_z, t, side="right") / len(max_z)
+    root_v = np.sqrt(scipy.stats.chi2.ppf((np.arange(QUADRATURE) + 0.5) / QUADRATURE, df) / df)
+    return lambda t: np.searchsorted(max_z, t * root_v, side="right").mean() / len(max_z)
+
+
 def _compare(out: dict, methods: list, est, cov, df, rng) -> None:
     """Tiers (Holm over all pairs, letters; df(i, j) a pair's degrees of freedom) and rank
     intervals (parametric bootstrap) into out."""
@@ -500,7 +526,7 @@ def _compare(out: dict, methods: list, est, cov, df, rng) -> None:
     different = [(methods[i], methods[j]) for (i, j), p in zip(pairs, p_holm) if p < ALPHA]
     out["tiers"] = letter_display(methods, list(est), different)
     out["pairs"] = {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_holm)}
-    draws = rng.multivariate_normal(est, cov, size=DRAWS, method="eigh")
+    draws = est + rng.standard_normal((DRAWS, len(est))) @ np.linalg.cholesky(cov).T
     ranks = (-draws).argsort(axis=1).argsort(axis=1) + 1
     out["rank"] = {m: (int(np.quantile(ranks[:, i], ALPHA / 2, method="lower")),
                        int(np.quantile(ranks[:, i], 1 - ALPHA / 2, method="higher")))
