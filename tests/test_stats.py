@@ -403,3 +403,14 @@ def test_model_checks_find_a_processor_that_moves_one_row_only():
     assert alike["df"] == 1 and alike["F"] == pytest.approx(0, abs=1e-9)
     apart = stats.model_checks(stats.fit_leaderboard(rows(0.0)))["path_by_method"]
     assert apart["df"] == 1 and apart["F"] > 10 and apart["p"] < 0.01
+
+
+def test_max_t_distribution_of_one_difference_is_students_t():
+    """With one difference, max |T| = |T|, T = Z / sqrt(chi2(df) / df): _max_t_cdf at Student's
+    97.5% point is 0.95 (the chi-square integrated by quadrature, |Z| from 400,000 draws: Monte
+    Carlo SE 0.0004), at every df and with none (the Normal's 1.96)."""
+    max_z = np.sort(np.abs(np.random.default_rng(0).standard_normal(400_000)))
+    for df in (3.0, 12.4, 57.0):
+        assert stats._max_t_cdf(max_z, df)(scipy.stats.t.ppf(0.975, df)) == pytest.approx(0.95, abs=0.002)
+        assert stats._max_t_cdf(max_z, df)(scipy.stats.t.ppf(0.995, df)) == pytest.approx(0.99, abs=0.001)
+    assert stats._max_t_cdf(max_z, math.inf)(scipy.stats.norm.ppf(0.975)) == pytest.approx(0.95, abs=0.002)
