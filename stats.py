@@ -18,9 +18,9 @@ The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage po
 - s, sn: the seed and the seed x N interaction, fixed, sum-to-zero: the design's blocks (a sweep
   runs one seed at one N on one machine, and the same seed samples the same prompts and the same
   evaluation draws in every row, so a block can shift every row alike). Both stay in the model
-  whatever their tests say, as a blocking factor does: at the toy's lr 2e-4 the seed's test sits
-  near 5% (the trajectories part chaotically within a hundred updates), and a model chosen by
-  it would change from one table to the next as seeds land; at the
+  whatever their tests say, as a blocking factor does: at the toy's lr 2e-4 the seed's test crosses
+  5% back and forth as seeds land (the trajectories part chaotically within a hundred updates,
+  so its shifts are small), and a model chosen by it would change from one table to the next; at the
   smaller steps the policies stay close, the shared draws dominate and the tests reject by far.
   They cost a few dozen of several hundred degrees of freedom, and they adjust a row that has
   only some of the seeds for which seeds it has. The cells stay at each N's average seed. The
