@@ -481,7 +481,10 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
         crits = []
         for k, (m, r) in enumerate(family):
             below = _max_t_cdf(max_z, dfs[k])  # P(max |T| <= t) on difference k's own df
-            crits.append(scipy.optimize.brentq(lambda t: below(t) - (1 - ALPHA), 0, 10 * max_z[-1]))
+            top = 10 * max_z[-1]
+            while below(top) < 1 - ALPHA:  # few df: the t's tail reaches past ten times max |Z|
+                top *= 10
+            crits.append(scipy.optimize.brentq(lambda t: below(t) - (1 - ALPHA), 0, top))
             out["vs"][r][m] = (float(diff[k]), crits[-1] * float(se[k]), float(1 - below(abs(diff[k]) / se[k])))
         out["vs_family"] = len(family)
         out["vs_df"], out["vs_critical"] = (min(dfs), max(dfs)), (max(crits), min(crits))
