@@ -20,6 +20,9 @@ import time
 
 import numpy as np
 import pandas as pd
+import scipy.stats
+import statsmodels.api as sm
+from tqdm import tqdm
 
 import plot
 import stats
@@ -78,6 +81,48 @@ def simulate(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 4000, by
             "tier_family_error": float(np.mean(family_error))}
 
 
+def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 20_000) -> dict:
+    """Scores and the reference family only, over `reps` Normal tables simulated from the model
+    fitted to `data`, each refitted on the fitted model's design (stats.fgls_weights, a numpy WLS,
+    stats.with_variances: the same fit as stats.fit_leaderboard's without rebuilding the design
+    or testing its terms; `draws`: the max-|t| draws per refit). Also the estimated SE of each
+    difference to the first reference over its true one (the GLS SE at the true variances),
+    averaged over tables: for the third of methods with the widest spread and for the rest."""
+    stats.DRAWS = draws
+    fit = stats.fit_leaderboard(data)
+    model = fit["fit"].model
+    x = pd.DataFrame(model.exog, columns=model.exog_names)
+    frame = model.data.frame
+    n_of_run, method_of_run = frame["N"].to_numpy(), frame["method"].to_numpy()
+    mean = np.asarray(fit["fit"].fittedvalues)
+    sd = frame["N"].map(fit["sigma"]).to_numpy() * np.where(n_of_run > 0, frame["method"].map(fit["spread"]), 1.0)
+    methods, ref = fit["methods"], next(r for r in stats.REFERENCES if r in fit["methods"])
+    wide = set(sorted(methods, key=lambda m: -fit["spread"][m])[:len(methods) // 3])
+    score_l = stats.scores(fit["fit"], methods)[0]
+    c = np.array([score_l[methods.index(m)] - score_l[methods.index(ref)] for m in methods if m != ref])
+    true_se = np.sqrt(np.diag(c @ np.linalg.inv((model.exog / sd[:, None] ** 2).T @ model.exog) @ c.T))
+    rng = np.random.default_rng(seed)
+    cover, cover_wide, simultaneous, ratio = [], [], [], np.zeros(len(c))
+    for _ in tqdm(range(reps), desc="tables", mininterval=60):
+        y = mean + sd * rng.standard_normal(len(mean))
+        weights, _, *variances = stats.fgls_weights(model.exog, y, n_of_run, method_of_run, by_method=True)
+        f = stats.with_variances(sm.WLS(y, x, weights=weights).fit(), *variances)
+        _, est, cov = stats.scores(f, methods)
+        for i, m in enumerate(methods):
+            half = scipy.stats.t.ppf(1 - stats.ALPHA / 2, stats.contrast_df(f, score_l[i])) * np.sqrt(cov[i, i])
+            cover.append(abs(est[i] - fit["score"][m][0]) <= half)
+            if m in wide:
+                cover_wide.append(cover[-1])
+        vs = stats.reference_family(f, methods, score_l, cov, rng)["vs"]
+        simultaneous.append(all(abs(v[0] - fit["vs"][r][m][0]) <= v[1] for r, vv in vs.items() for m, v in vv.items()))
+        ratio += np.sqrt(np.diag(c @ f.cov_params().to_numpy() @ c.T)) / true_se / reps
+    is_wide = np.array([m in wide for m in methods if m != ref])
+    return {"score_cover": float(np.mean(cover)), "wide_cover": float(np.mean(cover_wide)),
+            "reference_cover": float(np.mean(simultaneous)), "tables": reps,
+            "se_ratio_wide": float(ratio[is_wide].mean()), "se_ratio_rest": float(ratio[~is_wide].mean()),
+            "reference": ref}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", help="kept results of the leaderboard (results/leaderboard_toy)")
@@ -86,8 +131,23 @@ def main(argv=None) -> None:
     parser.add_argument("--pooled", action="store_true", help="refit with one SD per N")
     parser.add_argument("--errors", choices=("normal", "resampled"), default="normal",
                         help="simulated errors: Normal, or the kept runs' standardized residuals")
+    parser.add_argument("--references", action="store_true",
+                        help="scores and the reference family only, on the fitted design (fast)")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="refit with the moderated variances alone (stats.OWN_VARIANCE_FLOOR off)")
     args = parser.parse_args(argv)
+    stats.OWN_VARIANCE_FLOOR = not args.no_floor
     t0 = time.perf_counter()
+    if args.references:
+        out = simulate_references(plot.leaderboard_data(plot.load_runs(args.root)), args.reps, args.seed)
+        print(f"{args.reps} simulated tables (Normal errors), refitted on the fitted design "
+              f"{'without' if args.no_floor else 'with'} the own-variance floor ({time.perf_counter() - t0:.0f} s): "
+              f"score intervals cover {out['score_cover']:.3f} (the third with the largest spread "
+              f"{out['wide_cover']:.3f}); the reference intervals all cover at once in "
+              f"{out['reference_cover']:.3f} (nominal 0.95); estimated over true SE of the differences "
+              f"to {out['reference']}: {out['se_ratio_wide']:.3f} for the widest third, "
+              f"{out['se_ratio_rest']:.3f} for the rest")
+        return
     out = simulate(plot.leaderboard_data(plot.load_runs(args.root)), args.reps, args.seed,
                    by_method=not args.pooled, resampled=args.errors == "resampled")
     print(f"{args.reps} simulated tables ({args.errors} errors), refitted with "

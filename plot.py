@@ -639,6 +639,12 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                       "that of a method of spread 1), moderated by empirical Bayes (a scaled inverse "
                       f"chi-square prior fitted to the methods' variances: prior df {result['prior_df']:.1f}): "
                       + ", ".join(f"{name(m)} {v:.2f}" for m, v in sorted(spread.items(), key=lambda t: (-t[1], t[0])))
+                      + ". The intervals and tests never take a method's variance below its own "
+                      "unmoderated one (moderation pulls a truly wide row toward the typical one); "
+                      + ("the own SD is the larger, by the factor given, for " + ", ".join(
+                          f"{name(m)} x{v:.2f}" for m, v in sorted(result["floored"].items(), key=lambda t: (-t[1], t[0])))
+                         + ", whose variances then rest on their own degrees of freedom"
+                         if result["floored"] else "no method's own SD is the larger")
                       + ". Every t interval and test takes Satterthwaite's degrees of freedom from "
                       "the variances it rests on.")
     else:

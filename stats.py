@@ -43,8 +43,16 @@ The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage po
   every lambda is 1 (the model with one SD per N). A method whose stale runs all end alike
   (collapsed to 0%) is left out of the prior's fit: its variance sits at a bound.
   The weights are 1 / (sigma[N]^2 lambda^2), re-estimated to a fixed point (FGLS).
+- The intervals' variances: moderation pulls a truly wide method's variance toward the typical
+  one, which leaves that method's intervals short (simulated from the fit, bench_stats.py
+  --references: the widest rows' estimated SEs fall short of the true ones, and the reference
+  family covers below its 95%). So every interval and test takes, for each method at N > 0, the
+  larger of its moderated variance and its own s2 (OWN_VARIANCE_FLOOR): the estimates are
+  those of the moderated weights, their covariance (X'WX)^-1 X'W diag(f / w) WX (X'WX)^-1 with
+  f = max(1, s2 / lambda^2) on the method's stale runs (a sandwich of the same estimator), and
+  a floored method's variance rests on its own d degrees of freedom, not d0 + d.
 
-From the fit (cov: the parameters' covariance; t quantiles on Satterthwaite's degrees of freedom
+From the fit (cov: the parameters' covariance, floored as above; t quantiles on Satterthwaite's degrees of freedom
 of each estimate, contrast_df: a contrast resting on a few high-spread methods' variances has
 fewer than one resting on many):
 
@@ -108,6 +116,7 @@ DRAW_SEED = 0  # fixed: the same tables from the same results
 FGLS_ROUNDS = 50  # weight re-estimations at most (a fixed point is reached in 3-4 with one SD
 # per N, in ~20 with a spread per method)
 PRIOR_DF_MAX = 1e8  # a prior df above this counts as infinite: no spread between the methods' variances
+OWN_VARIANCE_FLOOR = True  # the intervals never give a method less than its own variance (fgls_weights)
 FGLS_TOLERANCE = 1e-10  # relative change of every sigma[N] that counts as the fixed point
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -173,24 +182,39 @@ def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method
     if len(data) - x.shape[1] < 1:
         raise ValueError("the leaderboard model has no residual degrees of freedom: it needs "
                          "cells with more than one seed")
-    weights, sigma, spread, prior_df, variance_groups = fgls_weights(
+    weights, sigma, *variances = fgls_weights(
         x, data["y"].to_numpy(dtype=float), data["N"].to_numpy(), data["method"].to_numpy(), by_method)
-    fit = smf.wls(formula, data, weights=weights).fit()
-    fit.spread, fit.prior_df, fit.variance_groups = spread, prior_df, variance_groups
-    return fit, sigma, weights
+    return with_variances(smf.wls(formula, data, weights=weights).fit(), *variances), sigma, weights
+
+
+def with_variances(fit, spread: dict, prior_df: float, variance_groups: list, inflation: np.ndarray):
+    """A WLS fit at fgls_weights' weights, carrying the rest of its answer (for contrast_df and
+    the tables), its covariance that of the same estimator with run r's variance inflation_r / w_r:
+    (X'WX)^-1 X'W diag(inflation / w) WX (X'WX)^-1, times the fit's scale (1 at the fixed point)."""
+    fit.spread, fit.prior_df, fit.variance_groups, fit.inflation = spread, prior_df, variance_groups, inflation
+    if (inflation > 1).any():
+        a = fit.model.wexog @ np.asarray(fit.normalized_cov_params)
+        # read by cov_params, bse, t_test and f_test (as statsmodels' own robust covariances are)
+        fit._results.cov_params_default = fit.scale * (a.T * inflation) @ a
+    return fit
 
 
 def fgls_weights(x: np.ndarray, y: np.ndarray, n_of_run: np.ndarray, method_of_run: np.ndarray,
                  by_method: bool = False) -> tuple:
     """The feasible GLS fixed point of design x (full rank) and outcomes y: (weights 1 /
     (sigma[N]^2 lambda[method]^2), {N: sigma}, {method: lambda}, prior df d0, variance groups
-    [(runs, degrees of freedom)]). lambda = 1 unless `by_method`, then one per method on its runs
-    at N > 0, moderated (_squeeze) and relative to the prior's s0."""
+    [(runs, degrees of freedom)], each run's variance inflation). lambda = 1 unless `by_method`,
+    then one per method on its runs at N > 0, moderated (_squeeze) and relative to the prior's s0.
+    The weights use the moderated variances; the intervals never take a method's below its own
+    (OWN_VARIANCE_FLOOR): where its unmoderated s2 is the larger, its stale runs' inflation is
+    s2 / lambda^2 and its variance rests on its own degrees of freedom d, not d0 + d (moderation
+    pulls a truly wide method toward the typical one, which leaves its intervals short)."""
     weights, sigma, df_resid = np.ones(len(y)), {}, len(y) - x.shape[1]
     groups = {n: np.flatnonzero(n_of_run == n) for n in sorted(set(n_of_run))}
     stale = n_of_run != 0
     own = {m: np.flatnonzero(stale & (method_of_run == m)) for m in sorted(set(method_of_run))}
     spread, prior_df, method_df = {m: 1.0 for m in own}, math.inf, {}  # spread: lambda^2
+    floor = {}  # {method: its own variance over its moderated one, where larger}
     lam2 = np.ones(len(y))  # each run's lambda^2 (1 at N = 0)
     sigma2_of_run = lambda v: np.select([n_of_run == n for n in v], list(v.values()))
     for _ in range(FGLS_ROUNDS):
@@ -221,6 +245,8 @@ def fgls_weights(x: np.ndarray, y: np.ndarray, n_of_run: np.ndarray, method_of_r
                 s2 = np.array([scaled[own[m]].sum() for m in fitted]) / d
                 post, prior_df, s0 = _squeeze(s2, d, varies)
                 new_spread = {m: 1.0 for m in own} | {m: float(v / s0) for m, v in zip(fitted, post)}
+                # each method's own variance s2 against the model's, lambda^2 (both in units of sigma[N]^2)
+                floor = {m: max(1.0, float(raw * s0 / v)) for m, raw, v in zip(fitted, s2, post)}
         done = sigma and all(abs(new[n] - sigma[n]) <= FGLS_TOLERANCE * sigma[n] for n in new) \
             and all(abs(new_spread[m] - spread[m]) <= FGLS_TOLERANCE * spread[m] for m in own)
         sigma, spread = new, new_spread
@@ -228,10 +254,15 @@ def fgls_weights(x: np.ndarray, y: np.ndarray, n_of_run: np.ndarray, method_of_r
         weights = 1 / (sigma2_of_run(sigma) * lam2)
         if done:
             break
+    # above by more than rounding: equal variances (every method's s2 the model's) floor none
+    floor = {m: f for m, f in floor.items() if f > 1 + 1e-9 and OWN_VARIANCE_FLOOR}
+    # a floored method's variance is its own, on its own degrees of freedom
     variance_groups = [(groups[n], dof[n]) for n in groups] + (
-        [(own[m], prior_df + method_df[m]) for m in own if len(own[m])] if by_method else [])
+        [(own[m], method_df[m] if m in floor else prior_df + method_df[m]) for m in own if len(own[m])]
+        if by_method else [])
+    inflation = np.where(stale, np.array([floor.get(m, 1.0) for m in method_of_run]), 1.0)
     return (weights, {n: math.sqrt(v) for n, v in sigma.items()}, {m: math.sqrt(v) for m, v in spread.items()},
-            prior_df, variance_groups)
+            prior_df, variance_groups, inflation)
 
 
 def hat_diagonal(fit) -> np.ndarray:
@@ -278,7 +309,7 @@ def contrast_df(fit, v: np.ndarray) -> float:
     N's residual degrees of freedom nu_N; lambda[m]^2 on d0 + d_m). With Var(log of a factor) =
     2 / nu: df = V^2 / sum over factors g of V_g^2 / nu_g, V_g the part of V from the runs g
     scales. A contrast of one N's cells with one SD per N gets about that N's nu."""
-    b = (fit.model.wexog @ (np.asarray(fit.normalized_cov_params) @ v)) ** 2
+    b = (fit.model.wexog @ (np.asarray(fit.normalized_cov_params) @ v)) ** 2 * fit.inflation
     parts = sum(float(b[rows].sum()) ** 2 / nu for rows, nu in fit.variance_groups if math.isfinite(nu))
     return float(b.sum()) ** 2 / parts if parts > 0 else math.inf
 
@@ -451,43 +482,18 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
     have = set(zip(data["method"], data["N"]))
     methods = sorted({m for m in data["method"] if all((m, n) in have for n in STALE_DELAYS)})
     share = 1 / len(STALE_DELAYS)
-    params, cov_p, df = fit.params.to_numpy(), fit.cov_params().to_numpy(), fit.df_resid
-    score_l = np.array([_contrast(fit, {(m, n): share for n in STALE_DELAYS}) for m in methods]
-                       ).reshape(len(methods), len(params))
-    est, cov = score_l @ params, score_l @ cov_p @ score_l.T
+    score_l, est, cov = scores(fit, methods)
     q = [scipy.stats.t.ppf(1 - ALPHA / 2, contrast_df(fit, row)) for row in score_l]
-    out = {"fit": fit, "sigma": sigma, "df": df, "methods": methods, "n_runs": len(data),
+    out = {"fit": fit, "sigma": sigma, "df": fit.df_resid, "methods": methods, "n_runs": len(data),
            "spread": fit.spread, "prior_df": fit.prior_df,
+           # the methods whose own variance the intervals take: {method: own SD / moderated SD}
+           "floored": {m: math.sqrt(float(f)) for m, f in zip(data["method"], fit.inflation) if f > 1},
            "cell": {c: estimate(fit, {c: 1}) for c in sorted(have)},
            "score": {m: (float(e), float(q[i] * math.sqrt(cov[i, i]))) for i, (m, e) in enumerate(zip(methods, est))},
            "drop": {m: estimate(fit, {**{(m, n): share for n in STALE_DELAYS}, (m, 0): -1})
                     for m in methods if (m, 0) in have}}
     rng = np.random.default_rng(DRAW_SEED)
-    # the reference family: every method against each reference it is not
-    refs = [r for r in REFERENCES if r in methods]
-    family = [(m, r) for r in refs for m in methods if m != r]
-    out["vs"] = {r: {} for r in refs}
-    if family:
-        c = np.array([score_l[methods.index(m)] - score_l[methods.index(r)] for m, r in family])
-        diff, cov_d = c @ params, c @ cov_p @ c.T
-        se = np.sqrt(np.diag(cov_d))
-        # max |Z| over the family, Z the differences' errors over their SEs, from draws of the
-        # scores' errors (Cholesky of their covariance, full rank where the family's is not)
-        errors = rng.standard_normal((DRAWS, len(methods))) @ np.linalg.cholesky(cov).T
-        pick = lambda names: [methods.index(n) for n in names]
-        max_z = np.sort((np.abs(errors[:, pick(m for m, _ in family)] - errors[:, pick(r for _, r in family)])
-                         / se).max(axis=1))
-        dfs = [contrast_df(fit, row) for row in c]
-        crits = []
-        for k, (m, r) in enumerate(family):
-            below = _max_t_cdf(max_z, dfs[k])  # P(max |T| <= t) on difference k's own df
-            top = 10 * max_z[-1]
-            while below(top) < 1 - ALPHA:  # few df: the t's tail reaches past ten times max |Z|
-                top *= 10
-            crits.append(scipy.optimize.brentq(lambda t: below(t) - (1 - ALPHA), 0, top))
-            out["vs"][r][m] = (float(diff[k]), crits[-1] * float(se[k]), float(1 - below(abs(diff[k]) / se[k])))
-        out["vs_family"] = len(family)
-        out["vs_df"], out["vs_critical"] = (min(dfs), max(dfs)), (max(crits), min(crits))
+    out.update(reference_family(fit, methods, score_l, cov, rng))
     if not methods:  # no method has every stale N yet: cells only
         out.update(tiers={}, pairs={}, rank={})
     else:
@@ -510,6 +516,44 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
         if len(per_method) > 1:
             out["levene_methods"][n] = scipy.stats.levene(*per_method)
     return out
+
+
+def scores(fit, methods: list) -> tuple:
+    """(L, est, cov): the score contrasts (one row per method), the scores and their covariance."""
+    share = 1 / len(STALE_DELAYS)
+    score_l = np.array([_contrast(fit, {(m, n): share for n in STALE_DELAYS}) for m in methods]
+                       ).reshape(len(methods), len(fit.params))
+    return score_l, score_l @ fit.params.to_numpy(), score_l @ fit.cov_params().to_numpy() @ score_l.T
+
+
+def reference_family(fit, methods: list, score_l: np.ndarray, cov: np.ndarray, rng) -> dict:
+    """{vs: {reference: {method: (difference, simultaneous 95% half-width, adjusted p)}},
+    vs_family, vs_df, vs_critical}: every method against each of REFERENCES it is not, one
+    family (the single-step max-|t| of the module's docstring); vs empty where no reference
+    has a score."""
+    refs = [r for r in REFERENCES if r in methods]
+    family = [(m, r) for r in refs for m in methods if m != r]
+    out = {"vs": {r: {} for r in refs}}
+    if not family:
+        return out
+    c = np.array([score_l[methods.index(m)] - score_l[methods.index(r)] for m, r in family])
+    diff, se = c @ fit.params.to_numpy(), np.sqrt(np.diag(c @ fit.cov_params().to_numpy() @ c.T))
+    # max |Z| over the family, Z the differences' errors over their SEs, from draws of the
+    # scores' errors (Cholesky of their covariance, full rank where the family's is not)
+    errors = rng.standard_normal((DRAWS, len(methods))) @ np.linalg.cholesky(cov).T
+    pick = lambda names: [methods.index(n) for n in names]
+    max_z = np.sort((np.abs(errors[:, pick(m for m, _ in family)] - errors[:, pick(r for _, r in family)])
+                     / se).max(axis=1))
+    dfs = [contrast_df(fit, row) for row in c]
+    crits = []
+    for k, (m, r) in enumerate(family):
+        below = _max_t_cdf(max_z, dfs[k])  # P(max |T| <= t) on difference k's own df
+        top = 10 * max_z[-1]
+        while below(top) < 1 - ALPHA:  # few df: the t's tail reaches past ten times max |Z|
+            top *= 10
+        crits.append(scipy.optimize.brentq(lambda t: below(t) - (1 - ALPHA), 0, top))
+        out["vs"][r][m] = (float(diff[k]), crits[-1] * float(se[k]), float(1 - below(abs(diff[k]) / se[k])))
+    return {**out, "vs_family": len(family), "vs_df": (min(dfs), max(dfs)), "vs_critical": (max(crits), min(crits))}
 
 
 def _max_t_cdf(max_z: np.ndarray, df: float):

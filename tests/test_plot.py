@@ -403,10 +403,14 @@ def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path, capsys):
     # seed blocks (kept) sit 1/3 off and the residuals are +-2/3 in two cells and +-4/3 in one:
     # variance (4 x 4/9 + 2 x 16/9) / (6 runs - 3 cells - 1 block shift) = 8/3 on 2 df per N; a
     # score's SE sqrt(3 x 8/3 / 2 / 9) = 0.667 on Satterthwaite's (3 v)^2 / (3 v^2 / 2) = 6 df,
-    # 95% half-width t(0.975, 6) x 0.667 = 1.63; a difference's SE 0.943 on 6 df (simultaneous: wider)
-    assert "| TOPR | a | 1-1 | 60.0 ± 1.6 | +30.0 ± 2.9 (above) | a | 1-3 | 60.0 ± 1.6 | +0.0 ± 2.9 (level) |" in table
-    assert "| GRPO+TIS | b | 2-2 | 30.0 ± 1.6 |  | a | 1-3 | 60.0 ± 1.6 |  | joins the top tier |" in table
-    assert "| GRPO | c | 3-3 | 10.0 ± 1.6 | -20.0 ± 2.9 (below) | a | 1-3 | 60.0 ± 1.6 |" in table
+    # 95% half-width t(0.975, 6) x 0.667 = 1.63. GRPO+TIS's are the +-4/3 residuals at every N:
+    # its own variance (s2 = 2 sigma^2 on its own d = 2) is above the model's (one spread: three
+    # variances on 2 df each spread no more than chance), so its intervals take it: SE 0.943 on
+    # 1 / (3 (1/3)^2 / 2 + 1 / 2) = 1.5 df, t(0.975, 1.5) x 0.943 = 5.67; its differences
+    # (SE sqrt(4/9 + 8/9) = 1.15 on 2.6 df, simultaneous) wider still
+    assert "| TOPR | a | 1-1 | 60.0 ± 1.6 | +30.0 ± 5.4 (above) | a | 1-3 | 60.0 ± 1.6 | +0.0 ± 5.4 (level) |" in table
+    assert "| GRPO+TIS | b | 2-2 | 30.0 ± 5.7 |  | a | 1-3 | 60.0 ± 5.7 |  | joins the top tier |" in table
+    assert "| GRPO | c | 3-3 | 10.0 ± 1.6 | -20.0 ± 5.4 (below) | a | 1-3 | 60.0 ± 1.6 |" in table
     assert ("of the 3 rows scored at both: 3 change: TOPR (above -> level GRPO+TIS); GRPO+TIS (joins "
             "the top tier); GRPO (joins the top tier, below -> level GRPO+TIS).") in table
 

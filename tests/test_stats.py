@@ -90,6 +90,38 @@ def test_a_spread_per_method_is_found_where_the_methods_differ_and_nowhere_else(
         assert r["score"][m] == pytest.approx(pooled["score"][m], rel=1e-9)
 
 
+def test_a_wide_method_is_never_given_less_than_its_own_variance():
+    """_spread_rows((1, 1, 1, 3, 3, 3)): balanced with one path, so each cell's estimate is its
+    mean over the ten seeds (the sum-to-zero seed x N shifts cancel) whatever the weights, and a
+    score's variance is sum over N > 0 of sigma[N]^2 lambda^2 / (9 x 10), lambda^2 the variance
+    in units of sigma[N]^2 the intervals take for the method: the larger of the moderated one
+    (spread^2) and its own, s2 = the sum of its stale runs' (residual / sigma[N])^2 over their
+    residual degrees of freedom d. Moderation pulls the wide methods' variances down and the
+    narrow ones' up, so the wide ones take their own (on their own d, not d0 + d) and the narrow
+    ones the moderated."""
+    data = _spread_rows((1, 1, 1, 3, 3, 3))
+    r = stats.fit_leaderboard(data)
+    fit = r["fit"]
+    resid, free = np.asarray(fit.resid), 1 - stats.hat_diagonal(fit)
+    scaled = resid / data["N"].map(r["sigma"]).to_numpy()
+    d0, unit = r["prior_df"], sum(r["sigma"][n] ** 2 for n in stats.STALE_DELAYS) / 90
+    own = {}
+    for i in range(6):
+        rows = ((data["method"] == f"m{i}") & (data["N"] > 0)).to_numpy()
+        own[i] = (float(free[rows].sum()), float((scaled[rows] ** 2).sum() / free[rows].sum()))
+    floored = [i for i in range(6) if own[i][1] > r["spread"][f"m{i}"] ** 2]
+    assert floored == [3, 4, 5]
+    for i in range(6):
+        m = f"m{i}"
+        cells = data[(data["method"] == m) & (data["N"] > 0)].groupby("N")["y"].mean()
+        assert r["score"][m][0] == pytest.approx(cells.mean(), abs=1e-9)
+        _, se, _ = stats._estimate(fit, {(m, n): 1 / 3 for n in stats.STALE_DELAYS})
+        assert se ** 2 == pytest.approx(unit * max(r["spread"][m] ** 2, own[i][1]), rel=1e-9)
+    # the degrees of freedom of each method's variance (after the four N's): d alone where floored
+    method_df = [nu for _, nu in fit.variance_groups[len(DELAYS):]]
+    assert method_df == pytest.approx([own[i][0] + (0 if i in floored else d0) for i in range(6)], rel=1e-9)
+
+
 def test_each_reference_difference_takes_its_own_degrees_of_freedom():
     """The reference family of _spread_rows((1, 1, 1, 3, 3, 3)) with m0 as GRPO+TIS: five
     differences, two against narrow methods (many degrees of freedom) and three against wide ones
@@ -372,6 +404,30 @@ def test_resampled_errors_keep_each_method_its_own_standardized_residuals():
             assert sorted(pools[i]) == pytest.approx(sorted(np.concatenate([wobble[:4], -wobble[:4]])), abs=1e-9)
         else:
             assert sorted(pools[i]) == pytest.approx(sorted(wobble if m == "a" else -wobble), abs=1e-9)
+
+
+def test_the_reference_simulation_refits_the_leaderboard_model():
+    """bench_stats.simulate_references refits each table on the fitted model's design with a plain
+    numpy WLS (stats.fgls_weights, stats.with_variances) instead of stats.fit_leaderboard's
+    formula: on _spread_rows((1, 1, 1, 3, 3, 3)) with m0 as GRPO+TIS (the wide methods floored),
+    that path gives the same scores, covariance and reference intervals to the digit."""
+    import statsmodels.api as sm
+
+    data = _spread_rows((1, 1, 1, 3, 3, 3)).replace({"method": {"m0": "grpo_tis"}})
+    r = stats.fit_leaderboard(data)
+    model = r["fit"].model
+    frame = model.data.frame
+    weights, _, *variances = stats.fgls_weights(model.exog, frame["y"].to_numpy(), frame["N"].to_numpy(),
+                                                frame["method"].to_numpy(), by_method=True)
+    assert (variances[-1] > 1).any()
+    f = stats.with_variances(sm.WLS(frame["y"].to_numpy(), pd.DataFrame(model.exog, columns=model.exog_names),
+                                    weights=weights).fit(), *variances)
+    score_l, est, cov = stats.scores(f, r["methods"])
+    assert est == pytest.approx([r["score"][m][0] for m in r["methods"]], abs=1e-9)
+    assert cov == pytest.approx(stats.scores(r["fit"], r["methods"])[2], rel=1e-9)
+    vs = stats.reference_family(f, r["methods"], score_l, cov, np.random.default_rng(stats.DRAW_SEED))["vs"]
+    for m, v in r["vs"]["grpo_tis"].items():
+        assert vs["grpo_tis"][m] == pytest.approx(v, rel=1e-9, abs=1e-12)
 
 
 def test_model_checks_residual_shape_by_hand():
