@@ -3,7 +3,10 @@ its fit to the kept results (the fitted cell means, path effects and seed blocks
 with the fitted SD per N and spread per method), refit each simulated table, and count how often the intervals
 cover the truth and how often the tiers split methods that do not differ.
 
-    python bench_stats.py results/leaderboard_toy --reps 200 [--pooled] [--errors resampled]
+    OMP_NUM_THREADS=1 python bench_stats.py results/leaderboard_toy --reps 200 [--pooled] [--errors resampled]
+    OMP_NUM_THREADS=1 python bench_stats.py results/leaderboard_toy --references --reps 200 [--no-floor]
+
+(one BLAS thread: the refits are small, and threads beside other work oversubscribe the cores)
 
 Prints, over `reps` simulated tables: the share of score intervals (95%) that cover the true
 score (all methods, and the third with the largest spread), the share of tables whose reference
@@ -13,7 +16,9 @@ different (the family-wise error of the tiers; nominal 5%). --pooled refits each
 SD per N (stats.fit_leaderboard's by_method=False) on the same simulated tables. --errors
 resampled draws each run's error from the kept runs' own standardized residuals instead of the
 Normal (error_pools: the model's variances, the observed shape, a collapse to 0% included), which
-checks the one assumption the Normal simulation cannot: Normal errors.
+checks the one assumption the Normal simulation cannot: Normal errors. --references: scores and
+the reference family only, on the fitted design (simulate_references; fast), --no-floor refitting
+with the moderated variances alone (stats.OWN_VARIANCE_FLOOR off).
 """
 import argparse
 import time
