@@ -482,14 +482,13 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
     have = set(zip(data["method"], data["N"]))
     methods = sorted({m for m in data["method"] if all((m, n) in have for n in STALE_DELAYS)})
     share = 1 / len(STALE_DELAYS)
-    score_l, est, cov = scores(fit, methods)
-    q = [scipy.stats.t.ppf(1 - ALPHA / 2, contrast_df(fit, row)) for row in score_l]
+    score_l, est, cov, half = scores(fit, methods)
     out = {"fit": fit, "sigma": sigma, "df": fit.df_resid, "methods": methods, "n_runs": len(data),
            "spread": fit.spread, "prior_df": fit.prior_df,
            # the methods whose own variance the intervals take: {method: own SD / moderated SD}
            "floored": {m: math.sqrt(float(f)) for m, f in zip(data["method"], fit.inflation) if f > 1},
            "cell": {c: estimate(fit, {c: 1}) for c in sorted(have)},
-           "score": {m: (float(e), float(q[i] * math.sqrt(cov[i, i]))) for i, (m, e) in enumerate(zip(methods, est))},
+           "score": {m: (float(e), float(h)) for m, e, h in zip(methods, est, half)},
            "drop": {m: estimate(fit, {**{(m, n): share for n in STALE_DELAYS}, (m, 0): -1})
                     for m in methods if (m, 0) in have}}
     rng = np.random.default_rng(DRAW_SEED)
@@ -519,11 +518,15 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
 
 
 def scores(fit, methods: list) -> tuple:
-    """(L, est, cov): the score contrasts (one row per method), the scores and their covariance."""
+    """(L, est, cov, half): the score contrasts (one row per method), the scores, their covariance
+    and their 95% t half-widths (each on its contrast_df)."""
     share = 1 / len(STALE_DELAYS)
     score_l = np.array([_contrast(fit, {(m, n): share for n in STALE_DELAYS}) for m in methods]
                        ).reshape(len(methods), len(fit.params))
-    return score_l, score_l @ fit.params.to_numpy(), score_l @ fit.cov_params().to_numpy() @ score_l.T
+    cov = score_l @ fit.cov_params().to_numpy() @ score_l.T
+    half = [scipy.stats.t.ppf(1 - ALPHA / 2, contrast_df(fit, row)) * math.sqrt(cov[i, i])
+            for i, row in enumerate(score_l)]
+    return score_l, score_l @ fit.params.to_numpy(), cov, np.array(half)
 
 
 def reference_family(fit, methods: list, score_l: np.ndarray, cov: np.ndarray, rng) -> dict:

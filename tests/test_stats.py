@@ -422,7 +422,7 @@ def test_the_reference_simulation_refits_the_leaderboard_model():
     assert (variances[-1] > 1).any()
     f = stats.with_variances(sm.WLS(frame["y"].to_numpy(), pd.DataFrame(model.exog, columns=model.exog_names),
                                     weights=weights).fit(), *variances)
-    score_l, est, cov = stats.scores(f, r["methods"])
+    score_l, est, cov, _ = stats.scores(f, r["methods"])
     assert est == pytest.approx([r["score"][m][0] for m in r["methods"]], abs=1e-9)
     assert cov == pytest.approx(stats.scores(r["fit"], r["methods"])[2], rel=1e-9)
     vs = stats.reference_family(f, r["methods"], score_l, cov, np.random.default_rng(stats.DRAW_SEED))["vs"]
