@@ -10,14 +10,16 @@ cover the truth and how often the tiers split methods that do not differ.
 
 Prints, over `reps` simulated tables: the share of score intervals (95%) that cover the true
 score (all methods, and the third with the largest spread), the share of tables whose reference
-intervals (simultaneous 95%) all cover at once, and, from tables simulated with every method's
+intervals (simultaneous 95%) all cover at once, the share whose rank intervals hold every
+method's true rank (its rank among the fitted scores) at once, and, from tables simulated with every method's
 cells at the mean of its N (no true difference), the share in which some pair is declared
 different (the family-wise error of the tiers; nominal 5%). --pooled refits each table with one
 SD per N (stats.fit_leaderboard's by_method=False) on the same simulated tables. --errors
 resampled draws each run's error from the kept runs' own standardized residuals instead of the
 Normal (error_pools: the model's variances, the observed shape, a collapse to 0% included), which
-checks the one assumption the Normal simulation cannot: Normal errors. --references: scores and
-the reference family only, on the fitted design (simulate_references; fast), --no-floor refitting
+checks the one assumption the Normal simulation cannot: Normal errors. --references: scores, the
+reference family, tiers and rank intervals only, on the fitted design (simulate_references;
+fast), --no-floor refitting
 with the moderated variances alone (stats.OWN_VARIANCE_FLOOR off).
 """
 import argparse
@@ -70,7 +72,8 @@ def simulate(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 4000, by
     rng = np.random.default_rng(seed)
     noise = (lambda: np.array([p[rng.integers(len(p))] if len(p) else 0.0 for p in pools])) if resampled \
         else (lambda: rng.standard_normal(len(data)))
-    cover, cover_wide, simultaneous, family_error = [], [], [], []
+    true_rank = true_ranks(fit)
+    cover, cover_wide, simultaneous, ranks_cover, family_error = [], [], [], [], []
     for _ in range(reps):
         f = stats.fit_leaderboard(data.assign(y=mean + sd * noise()), by_method)
         covered = {m: abs(f["score"][m][0] - fit["score"][m][0]) <= f["score"][m][1] for m in f["methods"]}
@@ -78,18 +81,27 @@ def simulate(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 4000, by
         cover_wide += [covered[m] for m in wide]
         simultaneous.append(all(abs(v[0] - fit["vs"][r][m][0]) <= v[1]
                                 for r, vv in f["vs"].items() for m, v in vv.items()))
+        ranks_cover.append(all(lo <= true_rank[m] <= hi for m, (lo, hi) in f["rank"].items()))
         f0 = stats.fit_leaderboard(data.assign(y=null_mean + sd * noise()), by_method)
         family_error.append(any(p < stats.ALPHA for p in f0["pairs"].values()))
     return {"score_cover": float(np.mean(cover)), "wide_cover": float(np.mean(cover_wide)),
-            "reference_cover": float(np.mean(simultaneous)),
+            "reference_cover": float(np.mean(simultaneous)), "rank_cover": float(np.mean(ranks_cover)),
             "tier_family_error": float(np.mean(family_error))}
 
 
+def true_ranks(fit: dict) -> dict:
+    """{method: its rank among the fitted scores, 1 the best}: the truth the simulations draw from."""
+    order = sorted(fit["methods"], key=lambda m: -fit["score"][m][0])
+    return {m: k + 1 for k, m in enumerate(order)}
+
+
 def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 20_000) -> dict:
-    """Scores and the reference family only, over `reps` Normal tables simulated from the model
-    fitted to `data`, each refitted on the fitted model's design (stats.fgls_weights, a numpy WLS,
+    """Scores, the reference family and the rank intervals only, over `reps` Normal tables
+    simulated from the model fitted to `data`, each refitted on the fitted model's design (stats.fgls_weights, a numpy WLS,
     stats.with_variances: the same fit as stats.fit_leaderboard's without rebuilding the design
-    or testing its terms; `draws`: the max-|t| draws per refit). Also the estimated SE of each
+    or testing its terms; `draws`: the max-|t| draws per refit). Against the rank intervals, the
+    percentile intervals of the ranks over `draws` draws from Normal(scores, their covariance).
+    Also the estimated SE of each
     difference to the first reference over its true one (the GLS SE at the true variances),
     averaged over tables: for the third of methods with the widest spread and for the rest."""
     stats.DRAWS = draws
@@ -105,8 +117,10 @@ def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int
     score_l = stats.scores(fit["fit"], methods)[0]
     c = np.array([score_l[methods.index(m)] - score_l[methods.index(ref)] for m in methods if m != ref])
     true_se = np.sqrt(np.diag(c @ np.linalg.inv((model.exog / sd[:, None] ** 2).T @ model.exog) @ c.T))
+    true_rank = true_ranks(fit)
     rng = np.random.default_rng(seed)
     cover, cover_wide, simultaneous, ratio = [], [], [], np.zeros(len(c))
+    ranks_cover, rank_miss, bootstrap_cover, bootstrap_miss = [], {m: 0 for m in methods}, [], {m: 0 for m in methods}
     for _ in tqdm(range(reps), desc="tables", mininterval=60):
         y = mean + sd * rng.standard_normal(len(mean))
         weights, _, *variances = stats.fgls_weights(model.exog, y, n_of_run, method_of_run, by_method=True)
@@ -119,11 +133,32 @@ def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int
         vs = stats.reference_family(f, methods, score_l, cov, rng)["vs"]
         simultaneous.append(all(abs(v[0] - fit["vs"][r][m][0]) <= v[1] for r, vv in vs.items() for m, v in vv.items()))
         ratio += np.sqrt(np.diag(c @ f.cov_params().to_numpy() @ c.T)) / true_se / reps
+        rank = stats.tiers(methods, est, cov, lambda i, j: stats.contrast_df(f, score_l[i] - score_l[j]))["rank"]
+        missed = [m for m, (lo, hi) in rank.items() if not lo <= true_rank[m] <= hi]
+        ranks_cover.append(not missed)
+        for m in missed:
+            rank_miss[m] += 1
+        # against them: the 2.5% and 97.5% quantiles of each rank over draws from Normal(est, cov)
+        drawn = (-(est + rng.standard_normal((draws, len(methods))) @ np.linalg.cholesky(cov).T)).argsort(1).argsort(1) + 1
+        low, high = np.quantile(drawn, 0.025, axis=0, method="lower"), np.quantile(drawn, 0.975, axis=0, method="higher")
+        missed = [m for i, m in enumerate(methods) if not low[i] <= true_rank[m] <= high[i]]
+        bootstrap_cover.append(not missed)
+        for m in missed:
+            bootstrap_miss[m] += 1
     is_wide = np.array([m in wide for m in methods if m != ref])
     return {"score_cover": float(np.mean(cover)), "wide_cover": float(np.mean(cover_wide)),
             "reference_cover": float(np.mean(simultaneous)), "tables": reps,
             "se_ratio_wide": float(ratio[is_wide].mean()), "se_ratio_rest": float(ratio[~is_wide].mean()),
-            "reference": ref}
+            "reference": ref, "rank_cover": float(np.mean(ranks_cover)),
+            "rank_worst": max(rank_miss.items(), key=lambda kv: kv[1]),
+            "bootstrap_cover": float(np.mean(bootstrap_cover)),
+            "bootstrap_worst": max(bootstrap_miss.items(), key=lambda kv: kv[1]),
+            "bootstrap_miss_mean": float(np.mean(list(bootstrap_miss.values()))) / reps}
+
+
+def missed_most(worst: tuple) -> str:
+    """'name, in k tables' for (name, k), or 'none' where k is 0."""
+    return f"{worst[0]}, in {worst[1]} tables" if worst[1] else "none"
 
 
 def main(argv=None) -> None:
@@ -149,7 +184,12 @@ def main(argv=None) -> None:
               f"{out['wide_cover']:.3f}); the reference intervals all cover at once in "
               f"{out['reference_cover']:.3f} (nominal 0.95); estimated over true SE of the differences "
               f"to {out['reference']}: {out['se_ratio_wide']:.3f} for the widest third, "
-              f"{out['se_ratio_rest']:.3f} for the rest")
+              f"{out['se_ratio_rest']:.3f} for the rest; the rank intervals hold every true rank at "
+              f"once in {out['rank_cover']:.3f} (nominal at least 0.95; the row missed most: "
+              f"{missed_most(out['rank_worst'])}); quantiles of the ranks over draws from Normal(score, "
+              f"cov) would in {out['bootstrap_cover']:.3f} (missing a row's rank in "
+              f"{out['bootstrap_miss_mean']:.3f} of tables on average; the row missed most: "
+              f"{missed_most(out['bootstrap_worst'])})")
         return
     out = simulate(plot.leaderboard_data(plot.load_runs(args.root)), args.reps, args.seed,
                    by_method=not args.pooled, resampled=args.errors == "resampled")
@@ -157,7 +197,8 @@ def main(argv=None) -> None:
           f"{'one SD per N' if args.pooled else 'a spread per method'} "
           f"({time.perf_counter() - t0:.0f} s): score intervals cover "
           f"{out['score_cover']:.3f} (nominal 0.95; the third with the largest spread {out['wide_cover']:.3f}); the reference intervals all cover at once in "
-          f"{out['reference_cover']:.3f} (nominal 0.95); with no true difference some pair is split "
+          f"{out['reference_cover']:.3f} (nominal 0.95); the rank intervals hold every true rank at once "
+          f"in {out['rank_cover']:.3f} (nominal at least 0.95); with no true difference some pair is split "
           f"in {out['tier_family_error']:.3f} (nominal at most 0.05)")
 
 

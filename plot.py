@@ -688,8 +688,9 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                  f" (max-|t|, each difference on its own degrees of freedom, {df_lo:.0f}-{df_hi:.0f}: "
                  f"critical values {crit_hi:.2f}-{crit_lo:.2f}), * where "
                  "the interval excludes 0; tier: methods sharing a letter cannot be told apart "
-                 f"(Holm over all {len(result['pairs'])} pairs, family-wise 5%); rank: 95% interval "
-                 "of the rank over draws from the fitted scores. Cells are mean (min-max) over "
+                 f"(Holm over all {len(result['pairs'])} pairs, family-wise 5%); rank: from 1 + the methods "
+                 "the tiers put above to the count less those they put below (simultaneous 95%: every "
+                 "true rank inside at once unless a pair is split wrongly). Cells are mean (min-max) over "
                  "seeds of the runs themselves, in %.")
     seed = result["seed"]
     if seed["F"] is not None:

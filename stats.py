@@ -70,9 +70,13 @@ fewer than one resting on many):
 - tiers: every pair of methods, two-sided t tests with Holm's step-down adjustment over all
   pairs (family-wise 5%), summarised by a compact letter display (insert-absorb): two methods
   that share a letter cannot be told apart; letters go by the best score in each group.
-- rank intervals: the 2.5% and 97.5% quantiles of each method's rank over draws of the scores
-  from Normal(score, cov(score)) (a parametric bootstrap of the fitted model; marginal, not
-  simultaneous).
+- rank intervals: read off the tiers' own decisions, the confidence sets for ranks of Mogstad,
+  Romano, Shaikh and Wilhelm (2024, Review of Economic Studies 91: 476; the R package csranks)
+  with Holm's step-down in place of their bootstrap one: rank[m] lies in [1 + the methods found
+  above m, p - the methods found below m]. Whenever no pair is split wrongly (family-wise 95%)
+  every method's true rank is inside at once: simultaneous, where quantiles of the ranks over
+  draws from Normal(score, cov(score)) are not even marginal intervals (they centre on the
+  observed order and run short for near-ties).
 - seeds needed: the per-seed SD of a score of spread 1, sd = sqrt(sum over STALE_DELAYS of
   sigma[N]^2) / len(STALE_DELAYS) (a pair's: sd sqrt((lambda_a^2 + lambda_b^2) / 2)), gives
   seeds per row for 80% power to find a difference delta at the Bonferroni level of a family
@@ -110,7 +114,7 @@ STALE_DELAYS = (8, 32, 128)  # the staleness score: mean final accuracy over the
 REFERENCES = ("grpo_tis", "grpo", "grpo_behavior")  # the named rows every method is set against
 ALPHA = 0.05  # family-wise error rate of the tiers and of the reference intervals
 POWER = 0.8  # the power the seed counts aim for
-DRAWS = 100_000  # Monte Carlo draws: the max-|t| critical value and the rank intervals
+DRAWS = 100_000  # Monte Carlo draws of the max-|t| critical value
 QUADRATURE = 2000  # quantile points of the chi-square in the max-|t| distribution (_max_t_cdf)
 DRAW_SEED = 0  # fixed: the same tables from the same results
 FGLS_ROUNDS = 50  # weight re-estimations at most (a fixed point is reached in 3-4 with one SD
@@ -496,7 +500,7 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
     if not methods:  # no method has every stale N yet: cells only
         out.update(tiers={}, pairs={}, rank={})
     else:
-        _compare(out, methods, est, cov, lambda i, j: contrast_df(fit, score_l[i] - score_l[j]), rng)
+        out.update(tiers(methods, est, cov, lambda i, j: contrast_df(fit, score_l[i] - score_l[j])))
     out["sd_score"] = math.sqrt(sum(sigma[n] ** 2 for n in STALE_DELAYS if n in sigma)) / len(STALE_DELAYS)
     out["path"] = dict(zip(("effects", "tau", "F", "p"), _factor_effects(fit, "path", sigma)))
     out["seed"] = {**seed, "effects": _factor_effects(fit, "seed", sigma)[0], "moves": None}
@@ -569,18 +573,28 @@ def _max_t_cdf(max_z: np.ndarray, df: float):
     return lambda t: np.searchsorted(max_z, t * root_v, side="right").mean() / len(max_z)
 
 
-def _compare(out: dict, methods: list, est, cov, df, rng) -> None:
-    """Tiers (Holm over all pairs, letters; df(i, j) a pair's degrees of freedom) and rank
-    intervals (parametric bootstrap) into out."""
+def tiers(methods: list, est, cov, df) -> dict:
+    """{tiers: letters, pairs: {(a, b): Holm-adjusted p}, rank: rank intervals (rank_sets)} of the
+    scores est with covariance cov, Holm over all pairs; df(i, j): a pair's degrees of freedom."""
     pairs, p_holm = _holm_pairs(est, cov, df)
     different = [(methods[i], methods[j]) for (i, j), p in zip(pairs, p_holm) if p < ALPHA]
-    out["tiers"] = letter_display(methods, list(est), different)
-    out["pairs"] = {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_holm)}
-    draws = est + rng.standard_normal((DRAWS, len(est))) @ np.linalg.cholesky(cov).T
-    ranks = (-draws).argsort(axis=1).argsort(axis=1) + 1
-    out["rank"] = {m: (int(np.quantile(ranks[:, i], ALPHA / 2, method="lower")),
-                       int(np.quantile(ranks[:, i], 1 - ALPHA / 2, method="higher")))
-                   for i, m in enumerate(methods)}
+    return {"tiers": letter_display(methods, list(est), different),
+            "pairs": {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_holm)},
+            "rank": rank_sets(methods, list(est), different)}
+
+
+def rank_sets(names: list, est: list, different: list) -> dict:
+    """{name: (lowest, highest) rank, 1 the best}: 1 + the names found different from it with a
+    larger estimate, len(names) - those with a smaller one (the module docstring's rank
+    intervals; `different`: the pairs a multiple test split)."""
+    value = dict(zip(names, est))
+    above = {n: 0 for n in names}
+    below = dict(above)
+    for a, b in different:
+        high, low = (a, b) if value[a] > value[b] else (b, a)
+        above[low] += 1
+        below[high] += 1
+    return {n: (1 + above[n], len(names) - below[n]) for n in names}
 
 
 def touching_rows(result: dict, max_seeds: int) -> dict:

@@ -281,6 +281,20 @@ def test_letter_display_by_hand():
     assert stats.letter_display(["x", "y"], [1, 2], [("x", "y")]) == {"x": "b", "y": "a"}
 
 
+def test_rank_intervals_count_the_methods_found_above_and_below():
+    """a > b > c > d > e, the test split a from c, d, e; b from d, e; c from e. a: none above, three
+    below: rank 1-2; b: none above, two below: 1-3; c: a above, e below: 2-4; d: a and b above:
+    3-5; e: a, b and c above: 4-5. With nothing split every rank is 1-5, with everything split the
+    observed order."""
+    names, est = ["c", "a", "e", "b", "d"], [3.0, 5.0, 1.0, 4.0, 2.0]  # any order in, by value
+    split = [("a", "c"), ("d", "a"), ("a", "e"), ("b", "d"), ("e", "b"), ("c", "e")]
+    assert stats.rank_sets(names, est, split) == {
+        "a": (1, 2), "b": (1, 3), "c": (2, 4), "d": (3, 5), "e": (4, 5)}
+    assert set(stats.rank_sets(names, est, []).values()) == {(1, 5)}
+    every = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]
+    assert stats.rank_sets(names, est, every) == {"a": (1, 1), "b": (2, 2), "c": (3, 3), "d": (4, 4), "e": (5, 5)}
+
+
 def test_seeds_needed_by_hand():
     """n = 2 sd^2 (z[1 - alpha / 2f] + z[power])^2 / delta^2: sd 5, delta 5, one comparison:
     2 (1.95996 + 0.84162)^2 = 15.70 -> 16; a family of 10: z[0.9975] = 2.80703, 2 x 3.64865^2 =
@@ -428,6 +442,9 @@ def test_the_reference_simulation_refits_the_leaderboard_model():
     vs = stats.reference_family(f, r["methods"], score_l, cov, np.random.default_rng(stats.DRAW_SEED))["vs"]
     for m, v in r["vs"]["grpo_tis"].items():
         assert vs["grpo_tis"][m] == pytest.approx(v, rel=1e-9, abs=1e-12)
+    compared = stats.tiers(r["methods"], est, cov, lambda i, j: stats.contrast_df(f, score_l[i] - score_l[j]))
+    assert compared["tiers"] == r["tiers"] and compared["rank"] == r["rank"]
+    assert compared["pairs"] == pytest.approx(r["pairs"], rel=1e-9)
 
 
 def test_model_checks_residual_shape_by_hand():
