@@ -654,7 +654,7 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
     lev = result["levene_n"]
     if lev is not None:
         lines.append(f"Levene across N: W = {lev.statistic:.2f}, p = {lev.pvalue:.2g}; across methods "
-                     "within each N: " + ", ".join(f"N = {n}: p = {t.pvalue:.2f}"
+                     "within each N: " + ", ".join(f"N = {n}: p = {t.pvalue:.2g}"
                                                    for n, t in result["levene_methods"].items()) + ".")
     checks = stats.model_checks(result)
     inter = checks["path_by_method"]
