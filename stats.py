@@ -73,10 +73,11 @@ fewer than one resting on many):
 - rank intervals: read off the tiers' own decisions, the confidence sets for ranks of Mogstad,
   Romano, Shaikh and Wilhelm (2024, Review of Economic Studies 91: 476; the R package csranks)
   with Holm's step-down in place of their bootstrap one: rank[m] lies in [1 + the methods found
-  above m, p - the methods found below m]. Whenever no pair is split wrongly (family-wise 95%)
-  every method's true rank is inside at once: simultaneous, where quantiles of the ranks over
-  draws from Normal(score, cov(score)) are not even marginal intervals (they centre on the
-  observed order and run short for near-ties).
+  above m, p - the methods found below m]. Whenever no pair is split wrongly (none falsely:
+  family-wise 95%; none in the wrong order: Shaffer 1980, Annals of Statistics 8: 1342, for
+  independent tests, bench_stats.py on this design) every method's true rank is inside at once:
+  simultaneous, where quantiles of the ranks over draws from Normal(score, cov(score)) are not
+  even marginal intervals (they centre on the observed order and run short for near-ties).
 - seeds needed: the per-seed SD of a score of spread 1, sd = sqrt(sum over STALE_DELAYS of
   sigma[N]^2) / len(STALE_DELAYS) (a pair's: sd sqrt((lambda_a^2 + lambda_b^2) / 2)), gives
   seeds per row for 80% power to find a difference delta at the Bonferroni level of a family
