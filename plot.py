@@ -616,6 +616,9 @@ def late_measure_lines(runs: list) -> list:
         final_sd, late_sd = sd["final"][n], sd["late"][n]
         lines.append(f"| {n} | {runs_n.groupby(cell).ngroups} | {len(runs_n)} | {100 * final_sd:.2f} | "
                      f"{100 * late_sd:.2f} | {late_sd / final_sd:.2f} |")
+    ratio = (sd["late"]["all"] / sd["final"]["all"]) ** 2
+    lines += ["", f"Over all cells the late mean's variance is {ratio:.2f} of the final evaluation's: a run "
+              f"measured by it is worth {1 / ratio:.2f} measured by the final evaluation."]
     return lines
 
 

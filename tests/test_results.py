@@ -202,8 +202,11 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     alike = re.search(r"a shift per method and rounding path on top of the one per path, F = [\d.]+ on \d+ df, "
                       r"p = ([\d.e-]+)", text)
     assert float(alike.group(1)) >= 0.05
+    # the late mean is the quieter measure, by a margin worth a few seeds at ten, about the three
+    # new seeds that remaking seeds 0-2 with it would cost (docs)
     late = re.search(r"\| all \| \d+ \| \d+ \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|", text)
-    assert float(late.group(1)) > 0.75  # the late mean's SD is less than a quarter lower (docs)
+    worth = re.search(r"a run measured by it is worth ([\d.]+) measured by the final evaluation", text)
+    assert float(late.group(1)) < 1 and 1.5 <= 10 * (float(worth.group(1)) - 1) <= 6
 
 
 VS_TIS, VS_GRPO = "vs GRPO+TIS (simultaneous 95%)", "vs GRPO (simultaneous 95%)"
