@@ -11,16 +11,16 @@ cover the truth and how often the tiers split methods that do not differ.
 Prints, over `reps` simulated tables: the share of score intervals (95%) that cover the true
 score (all methods, and the third with the largest spread), the share of tables whose reference
 intervals (simultaneous 95%) all cover at once, the share whose rank intervals hold every
-method's true rank (its rank among the fitted scores) at once, and, from tables simulated with every method's
-cells at the mean of its N (no true difference), the share in which some pair is declared
-different (the family-wise error of the tiers; nominal 5%). --pooled refits each table with one
-SD per N (stats.fit_leaderboard's by_method=False) on the same simulated tables. --errors
-resampled draws each run's error from the kept runs' own standardized residuals instead of the
-Normal (error_pools: the model's variances, the observed shape, a collapse to 0% included), which
-checks the one assumption the Normal simulation cannot: Normal errors. --references: scores, the
-reference family, tiers and rank intervals only, on the fitted design (simulate_references;
-fast), --no-floor refitting
-with the moderated variances alone (stats.OWN_VARIANCE_FLOOR off).
+method's true rank (its rank among the fitted scores) at once, and, from tables simulated with
+every method's cells at the mean of its N (no true difference), the share in which some pair is
+declared different (the family-wise error of the tiers; nominal 5%). --pooled refits each table
+with one SD per N (stats.fit_leaderboard's by_method=False) on the same simulated tables.
+--errors resampled draws each run's error from the kept runs' own standardized residuals instead
+of the Normal (error_pools: the model's variances, the observed shape, a collapse to 0%
+included), which checks the one assumption the Normal simulation cannot: Normal errors.
+--references: scores, the reference family, tiers and rank intervals only, on the fitted design
+(simulate_references; fast), --no-floor refitting with the moderated variances alone
+(stats.OWN_VARIANCE_FLOOR off).
 """
 import argparse
 import time
@@ -97,11 +97,11 @@ def true_ranks(fit: dict) -> dict:
 
 def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 20_000) -> dict:
     """Scores, the reference family and the rank intervals only, over `reps` Normal tables
-    simulated from the model fitted to `data`, each refitted on the fitted model's design (stats.fgls_weights, a numpy WLS,
-    stats.with_variances: the same fit as stats.fit_leaderboard's without rebuilding the design
-    or testing its terms; `draws`: the max-|t| draws per refit). Against the rank intervals, the
-    percentile intervals of the ranks over `draws` draws from Normal(scores, their covariance).
-    Also the estimated SE of each
+    simulated from the model fitted to `data`, each refitted on the fitted model's design
+    (stats.fgls_weights, a numpy WLS, stats.with_variances: the same fit as
+    stats.fit_leaderboard's without rebuilding the design or testing its terms; `draws`: the
+    max-|t| draws per refit). Against the rank intervals, the percentile intervals of the ranks
+    over `draws` draws from Normal(scores, their covariance). Also the estimated SE of each
     difference to the first reference over its true one (the GLS SE at the true variances),
     averaged over tables: for the third of methods with the widest spread and for the rest."""
     stats.DRAWS = draws
