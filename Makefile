@@ -82,11 +82,14 @@ leaderboard: .venv/ready
 	$(MAKE) tables
 
 # The leaderboard v3's seed ladder: the references (GRPO, GRPO+TIS, PPO against the sampler) at
-# seeds 3-9 first, then every other row; in blocks of one seed and one N, so that a block made on
-# one machine shares one rounding path (each run's results kept in results/leaderboard_toy, as
-# every other run there, and skipped once there: the ladder grows across machines and sessions), then `make tables`.
+# seeds 3-9 first, a reference block of their own on a processor kind that has none (one seed,
+# configs/sweep_leaderboard_v3_refs_kind_toy.yaml: nothing on a kind that has them), then every
+# other row; in blocks of one seed and one N, so that a block made on one machine shares one
+# rounding path (each run's results kept in results/leaderboard_toy, as every other run there,
+# and skipped once there: the ladder grows across machines and sessions), then `make tables`.
 leaderboard-seeds: .venv/ready
 	$(PY) sweep.py configs/sweep_leaderboard_v3_toy.yaml --jobs auto
+	$(PY) sweep.py configs/sweep_leaderboard_v3_refs_kind_toy.yaml --jobs auto
 	$(PY) sweep.py configs/sweep_leaderboard_v3_rows_toy.yaml --jobs auto
 	$(MAKE) tables
 

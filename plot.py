@@ -42,6 +42,7 @@ import yaml
 import config
 import losses
 import stats
+from run_info import processor_kind
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -191,21 +192,6 @@ def last_fraction(rows: list, key: str, fraction: float = 0.1):
     last = max(r["update"] for r in rows)
     values = [r[key] for r in rows if r["update"] > (1 - fraction) * last and r.get(key) is not None]
     return mean(values) if values else None
-
-
-# the instruction sets that name a processor kind in the tables (run_info.json records more)
-PROCESSOR_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "sve")
-
-
-def processor_kind(session: dict) -> str:
-    """A session's processor as the tables name it: CPU model and the instruction sets that set
-    its kernels' rounding and tell the generations apart (GPU first when there is one), e.g.
-    "AMD EPYC (avx2)" (Zen 3), "AMD EPYC (avx2, avx512f, avx512_bf16)" (Zen 4), the same with
-    avx_vnni (Zen 5)."""
-    cpu = session["cpu"]
-    isa = [f for f in PROCESSOR_ISA if f in cpu["isa"]]
-    kind = f"{cpu['model']} ({', '.join(isa) or cpu['torch_capability'].lower()})"
-    return f"{session['gpu']} + {kind}" if session.get("gpu") else kind
 
 
 def machines(runs: list) -> tuple:

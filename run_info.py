@@ -62,6 +62,26 @@ def session_info(start_update: int, matmul: str, sampler: str) -> dict:
             "platform": platform.platform(), "git": LOADED_CODE}
 
 
+# the instruction sets that name a processor kind in the tables (run_info.json records more)
+PROCESSOR_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "sve")
+
+
+def processor_kind(session: dict) -> str:
+    """A session's processor as the tables name it: CPU model and the instruction sets that set
+    its kernels' rounding and tell the generations apart (GPU first when there is one), e.g.
+    "AMD EPYC (avx2)" (Zen 3), "AMD EPYC (avx2, avx512f, avx512_bf16)" (Zen 4), the same with
+    avx_vnni (Zen 5)."""
+    isa = [f for f in PROCESSOR_ISA if f in session["cpu"]["isa"]]
+    kind = f"{session['cpu']['model']} ({', '.join(isa) or session['cpu']['torch_capability'].lower()})"
+    return f"{session['gpu']} + {kind}" if session.get("gpu") else kind
+
+
+def this_processor_kind() -> str:
+    """processor_kind of this machine."""
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return processor_kind({"cpu": cpu.cpu_info(), "gpu": gpu})
+
+
 def record_session(out_dir: str, start_update: int, matmul: str, sampler: str) -> dict:
     """Append this session to out_dir/run_info.json ({"sessions": [...]}, oldest first) and
     return it. The list keeps the sessions whose rows metrics.jsonl still holds: a resumed run

@@ -32,7 +32,10 @@ before, when the sweep next starts; a run whose results are there is skipped eve
 folder is not, so results committed to the repository let a sweep on any checkout go on where
 another left off. Before a run is handed out its results are looked for again, so two sweep
 processes with the same `results:` (e.g. one per seed, each pinned to its own cores) do not
-run a run twice once the other has kept it.
+run a run twice once the other has kept it. `per_kind: true` makes the grid a reference block
+for processor kinds that have none, one seed per kind (one_kind_block): on a machine whose kind
+already has kept runs of the grid's rows it runs nothing, on a new kind the first seed no
+machine has begun, and on a kind that began a seed of it the rest of that seed.
 
 Here, runs go to --jobs worker processes (default 1; auto: plan_jobs). Each takes the next
 unfinished run of the grid from this process, runs it with train.train (its output to
@@ -58,6 +61,7 @@ import gzip
 import itertools
 import json
 import os
+import re
 import selectors
 import shlex
 import shutil
@@ -74,13 +78,14 @@ import config
 import evaluate
 import losses
 import rollout
+import run_info
 import tasks
 import train
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-SWEEP_KEYS = {"config", "out_root", "results", "grid", "only", "per_loss", "overrides", "slurm"}
+SWEEP_KEYS = {"config", "out_root", "results", "grid", "only", "per_loss", "overrides", "slurm", "per_kind"}
 
 
 def expand(sweep: dict) -> list:
@@ -96,6 +101,8 @@ def expand(sweep: dict) -> list:
     missing = sorted({"config", "out_root", "grid"} - set(sweep))
     if missing:
         raise ValueError(f"the sweep file lacks {missing} (see sweep.py's docstring for the format)")
+    if sweep.get("per_kind") and not sweep.get("results"):
+        raise ValueError("per_kind: true needs `results:` (the kept runs say which processor kinds have the rows)")
     grid = sweep["grid"]
     missing = {"loss", "delay", "seed"} - set(grid)
     if missing:
@@ -271,6 +278,41 @@ def submit(sweep: dict, executor) -> list:
 
 
 # ----------------------------------------------------------------------------- main
+
+def row_and_seed(name: str) -> tuple:
+    """(the row, the seed) of a run's folder name: grpo_N8_s3_grpo_anchor-behavior -> (grpo_grpo_anchor-behavior, 3)."""
+    return re.sub(r"_N\d+_s\d+", "", name, count=1), int(re.search(r"_N\d+_s(\d+)", name).group(1))
+
+
+def one_kind_block(sweep: dict, todo: list, kind: str) -> list:
+    """The part of `todo` that a sweep file with `per_kind: true` runs on a machine of processor
+    kind `kind` (run_info.processor_kind): its grid is a reference block for the kinds that have
+    none, one seed per kind. A seed of the grid with a run kept on this kind: the rest of that
+    seed; else, where a kept run of the grid's rows (any seed, from any sweep file, in
+    `results`) ran on this kind: nothing; else the grid's first seed with no run kept at all."""
+    names = [os.path.basename(d) for d, _ in expand(sweep)]
+    rows, ours = {row_and_seed(n)[0] for n in names}, set(names)
+    root = sweep["results"]
+    seeds_here, started, row_here = set(), set(), False
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        path = os.path.join(root, name, run_info.RUN_INFO)
+        if name.endswith(".tmp") or "_N" not in name or row_and_seed(name)[0] not in rows or not os.path.exists(path):
+            continue
+        with open(path) as f:
+            here = kind in {run_info.processor_kind(s) for s in json.load(f)["sessions"]}
+        row_here |= here
+        if name in ours:
+            started.add(row_and_seed(name)[1])
+            if here:
+                seeds_here.add(row_and_seed(name)[1])
+    fresh = [seed for seed in sweep["grid"]["seed"] if seed not in started]
+    keep = seeds_here or (set() if row_here else set(fresh[:1]))
+    why = (f"seed(s) {sorted(seeds_here)} begun on it" if seeds_here else "it has kept runs of these rows"
+           if row_here else f"none of these rows ran on it: seed {fresh[0]}" if fresh else "every seed begun elsewhere")
+    chosen = [t for t in todo if t[0]["seed"] in keep]
+    print(f"per_kind: on {kind}, {why}: {len(chosen)} run(s) of {len(todo)}", file=sys.stderr)
+    return chosen
+
 
 def unfinished(sweep: dict) -> list:
     """[(cfg, out_dir, overrides)] of the grid's runs that have not reached `updates`, neither
@@ -479,6 +521,8 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
         raise ValueError(f"another sweep.py is running the runs of {sweep['out_root']}: wait for "
                          f"it, or stop it (Ctrl-C) and run this one") from None
     todo = unfinished(sweep)
+    if sweep.get("per_kind"):
+        todo = one_kind_block(sweep, todo, run_info.this_processor_kind())
     if not todo:
         return 0
     plan, why = plan_jobs(jobs, len(todo), todo[0][0], cores_per_job)
@@ -716,6 +760,8 @@ def main(argv=None) -> None:
             print(" ".join(["python", "train.py", sweep["config"], *map(shlex.quote, overrides)]))
         return
     if args.slurm:
+        if sweep.get("per_kind"):
+            sys.exit("error: per_kind: true picks the runs by the processor they run on: run it there, not through SLURM")
         flags = {k: getattr(args, f"slurm_{k}") for k in SLURM}
         try:
             executor = make_executor(sweep, flags)

@@ -1,5 +1,6 @@
 """Every shipped config loads and validates; sweep files expand to the runs they promise."""
 import glob
+import json
 import math
 import os
 
@@ -79,6 +80,28 @@ def test_sweep_grid_over_any_config_key_names_each_run():
     assert [d for d, _ in runs] == ["r/grpo_mis_N8_s0", "r/grpo_mis_N8_s0_mis_low-0.8_mis_high-1.2"]
     cfg = config.load_config(spec["config"], runs[1][1])
     assert (cfg["loss_args"]["mis_low"], cfg["loss_args"]["mis_high"]) == (0.8, 1.2)
+
+
+def test_a_per_kind_block_runs_one_seed_on_a_kind_without_the_rows(tmp_path):
+    """per_kind: grpo and grpo_tis at N 8 and 0, seeds 10-11. Kept: grpo_N8_s0 (another sweep's
+    seed) on kind A, grpo_tis_N8_s10 on kind B, an unrelated row (gspo) on kind C. A: has the rows,
+    nothing; B: began seed 10, the rest of it; C and a new kind D: the first seed nobody began, 11."""
+    results = tmp_path / "results"
+    for name, kind in (("grpo_N8_s0", "A"), ("grpo_tis_N8_s10", "B"), ("gspo_N8_s10", "C")):
+        (results / name).mkdir(parents=True)
+        session = {"cpu": {"model": kind, "isa": ["avx2"], "torch_capability": "AVX2"}, "gpu": None}
+        (results / name / "run_info.json").write_text(json.dumps({"sessions": [session]}))
+    spec = {"config": os.path.join(ROOT, "configs", "toy.yaml"), "out_root": str(tmp_path / "runs"),
+            "results": str(results), "per_kind": True,
+            "grid": {"loss": ["grpo", "grpo_tis"], "delay": [8, 0], "seed": [10, 11]}}
+    todo = [({"seed": int(d.rsplit("_s", 1)[1])}, d, o) for d, o in sweep.expand(spec)
+            if not d.endswith("grpo_tis_N8_s10")]
+    picked = lambda kind: [os.path.basename(d) for _, d, _ in sweep.one_kind_block(spec, todo, f"{kind} (avx2)")]
+    assert picked("A") == []
+    assert picked("B") == ["grpo_N8_s10", "grpo_N0_s10", "grpo_tis_N0_s10"]
+    assert picked("C") == picked("D") == ["grpo_N8_s11", "grpo_tis_N8_s11", "grpo_N0_s11", "grpo_tis_N0_s11"]
+    with pytest.raises(ValueError, match="per_kind: true needs `results:`"):
+        sweep.expand({k: v for k, v in spec.items() if k != "results"})
 
 
 @pytest.mark.parametrize("name", ["sweep_leaderboard_toy.yaml", "sweep_leaderboard_qwen_quick.yaml"])
