@@ -120,7 +120,7 @@ def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int
     true_rank = true_ranks(fit)
     rng = np.random.default_rng(seed)
     cover, cover_wide, simultaneous, ratio = [], [], [], np.zeros(len(c))
-    ranks_cover, rank_miss, bootstrap_cover, bootstrap_miss = [], {m: 0 for m in methods}, [], {m: 0 for m in methods}
+    ranks_cover, rank_miss, percentile_cover, percentile_miss = [], {m: 0 for m in methods}, [], {m: 0 for m in methods}
     for _ in tqdm(range(reps), desc="tables", mininterval=60):
         y = mean + sd * rng.standard_normal(len(mean))
         weights, _, *variances = stats.fgls_weights(model.exog, y, n_of_run, method_of_run, by_method=True)
@@ -142,18 +142,18 @@ def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int
         drawn = (-(est + rng.standard_normal((draws, len(methods))) @ np.linalg.cholesky(cov).T)).argsort(1).argsort(1) + 1
         low, high = np.quantile(drawn, 0.025, axis=0, method="lower"), np.quantile(drawn, 0.975, axis=0, method="higher")
         missed = [m for i, m in enumerate(methods) if not low[i] <= true_rank[m] <= high[i]]
-        bootstrap_cover.append(not missed)
+        percentile_cover.append(not missed)
         for m in missed:
-            bootstrap_miss[m] += 1
+            percentile_miss[m] += 1
     is_wide = np.array([m in wide for m in methods if m != ref])
     return {"score_cover": float(np.mean(cover)), "wide_cover": float(np.mean(cover_wide)),
             "reference_cover": float(np.mean(simultaneous)), "tables": reps,
             "se_ratio_wide": float(ratio[is_wide].mean()), "se_ratio_rest": float(ratio[~is_wide].mean()),
             "reference": ref, "rank_cover": float(np.mean(ranks_cover)),
             "rank_worst": max(rank_miss.items(), key=lambda kv: kv[1]),
-            "bootstrap_cover": float(np.mean(bootstrap_cover)),
-            "bootstrap_worst": max(bootstrap_miss.items(), key=lambda kv: kv[1]),
-            "bootstrap_miss_mean": float(np.mean(list(bootstrap_miss.values()))) / reps}
+            "percentile_cover": float(np.mean(percentile_cover)),
+            "percentile_worst": max(percentile_miss.items(), key=lambda kv: kv[1]),
+            "percentile_miss_mean": float(np.mean(list(percentile_miss.values()))) / reps}
 
 
 def missed_most(worst: tuple) -> str:
@@ -187,9 +187,9 @@ def main(argv=None) -> None:
               f"{out['se_ratio_rest']:.3f} for the rest; the rank intervals hold every true rank at "
               f"once in {out['rank_cover']:.3f} (nominal at least 0.95; the row missed most: "
               f"{missed_most(out['rank_worst'])}); quantiles of the ranks over draws from Normal(score, "
-              f"cov) would in {out['bootstrap_cover']:.3f} (missing a row's rank in "
-              f"{out['bootstrap_miss_mean']:.3f} of tables on average; the row missed most: "
-              f"{missed_most(out['bootstrap_worst'])})")
+              f"cov) would in {out['percentile_cover']:.3f} (missing a row's rank in "
+              f"{out['percentile_miss_mean']:.3f} of tables on average; the row missed most: "
+              f"{missed_most(out['percentile_worst'])})")
         return
     out = simulate(plot.leaderboard_data(plot.load_runs(args.root)), args.reps, args.seed,
                    by_method=not args.pooled, resampled=args.errors == "resampled")
