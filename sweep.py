@@ -279,9 +279,11 @@ def submit(sweep: dict, executor) -> list:
 
 # ----------------------------------------------------------------------------- main
 
-def row_and_seed(name: str) -> tuple:
-    """(the row, the seed) of a run's folder name: grpo_N8_s3_grpo_anchor-behavior -> (grpo_grpo_anchor-behavior, 3)."""
-    return re.sub(r"_N\d+_s\d+", "", name, count=1), int(re.search(r"_N\d+_s(\d+)", name).group(1))
+def row_and_seed(name: str):
+    """(the row, the seed) of a run's folder name, None for another name:
+    grpo_N8_s3_grpo_anchor-behavior -> (grpo_grpo_anchor-behavior, 3)."""
+    found = re.search(r"_N\d+_s(\d+)", name)
+    return (name[:found.start()] + name[found.end():], int(found.group(1))) if found else None
 
 
 def one_kind_block(sweep: dict, todo: list, kind: str) -> list:
@@ -290,25 +292,30 @@ def one_kind_block(sweep: dict, todo: list, kind: str) -> list:
     none, one seed per kind. A seed of the grid with a run kept on this kind: the rest of that
     seed; else, where a kept run of the grid's rows (any seed, from any sweep file, in
     `results`) ran on this kind: nothing; else the grid's first seed with no run kept at all."""
-    names = [os.path.basename(d) for d, _ in expand(sweep)]
-    rows, ours = {row_and_seed(n)[0] for n in names}, set(names)
+    ours = {os.path.basename(d) for d, _ in expand(sweep)}
+    rows = {row_and_seed(n)[0] for n in ours}
     root = sweep["results"]
     seeds_here, started, row_here = set(), set(), False
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-        path = os.path.join(root, name, run_info.RUN_INFO)
-        if name.endswith(".tmp") or "_N" not in name or row_and_seed(name)[0] not in rows or not os.path.exists(path):
+        parsed, path = row_and_seed(name), os.path.join(root, name, run_info.RUN_INFO)
+        if parsed is None or parsed[0] not in rows or not os.path.exists(path):
             continue
         with open(path) as f:
             here = kind in {run_info.processor_kind(s) for s in json.load(f)["sessions"]}
         row_here |= here
         if name in ours:
-            started.add(row_and_seed(name)[1])
+            started.add(parsed[1])
             if here:
-                seeds_here.add(row_and_seed(name)[1])
+                seeds_here.add(parsed[1])
     fresh = [seed for seed in sweep["grid"]["seed"] if seed not in started]
-    keep = seeds_here or (set() if row_here else set(fresh[:1]))
-    why = (f"seed(s) {sorted(seeds_here)} begun on it" if seeds_here else "it has kept runs of these rows"
-           if row_here else f"none of these rows ran on it: seed {fresh[0]}" if fresh else "every seed begun elsewhere")
+    if seeds_here:
+        keep, why = seeds_here, f"seed(s) {sorted(seeds_here)} begun on it"
+    elif row_here:
+        keep, why = set(), "it has kept runs of these rows"
+    elif fresh:
+        keep, why = {fresh[0]}, f"none of these rows ran on it: seed {fresh[0]}"
+    else:
+        keep, why = set(), "every seed begun elsewhere"
     chosen = [t for t in todo if t[0]["seed"] in keep]
     print(f"per_kind: on {kind}, {why}: {len(chosen)} run(s) of {len(todo)}", file=sys.stderr)
     return chosen
