@@ -20,7 +20,7 @@ of the Normal (error_pools: the model's variances, the observed shape, a collaps
 included), which checks the one assumption the Normal simulation cannot: Normal errors.
 --references: scores, the reference family, tiers and rank intervals only, on the fitted design
 (simulate_references; fast), --no-floor refitting with the moderated variances alone
-(stats.OWN_VARIANCE_FLOOR off).
+(the fits' own_floor off).
 """
 import argparse
 import collections
@@ -54,12 +54,12 @@ def error_pools(result: dict) -> list:
 
 
 def simulate(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 4000, by_method: bool = True,
-             resampled: bool = False) -> dict:
+             resampled: bool = False, own_floor: bool = stats.OWN_VARIANCE_FLOOR) -> dict:
     """Coverage and family-wise error over `reps` tables simulated from the model fitted to `data`
     (`draws`: Monte Carlo draws per refit, fewer than the tables' own, for speed; `by_method`:
-    the refits' model; `resampled`: errors from error_pools, else Normal)."""
-    stats.DRAWS = draws
-    fit = stats.fit_leaderboard(data)
+    the refits' model; `resampled`: errors from error_pools, else Normal; `own_floor`: the
+    fits', stats.fgls_weights')."""
+    fit = stats.fit_leaderboard(data, own_floor=own_floor, draws=draws)
     data = data.reset_index(drop=True)
     mean = np.asarray(fit["fit"].fittedvalues)
     spread = np.where(data["N"] > 0, data["method"].map(fit["spread"]), 1.0)
@@ -76,14 +76,14 @@ def simulate(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 4000, by
     true_rank = true_ranks(fit)
     cover, cover_wide, simultaneous, ranks_cover, family_error = [], [], [], [], []
     for _ in range(reps):
-        f = stats.fit_leaderboard(data.assign(y=mean + sd * noise()), by_method)
+        f = stats.fit_leaderboard(data.assign(y=mean + sd * noise()), by_method, own_floor, draws)
         covered = {m: abs(f["score"][m][0] - fit["score"][m][0]) <= f["score"][m][1] for m in f["methods"]}
         cover += list(covered.values())
         cover_wide += [covered[m] for m in wide]
         simultaneous.append(all(abs(v[0] - fit["vs"][r][m][0]) <= v[1]
                                 for r, vv in f["vs"].items() for m, v in vv.items()))
         ranks_cover.append(all(lo <= true_rank[m] <= hi for m, (lo, hi) in f["rank"].items()))
-        f0 = stats.fit_leaderboard(data.assign(y=null_mean + sd * noise()), by_method)
+        f0 = stats.fit_leaderboard(data.assign(y=null_mean + sd * noise()), by_method, own_floor, draws)
         family_error.append(any(p < stats.ALPHA for p in f0["pairs"].values()))
     return {"score_cover": float(np.mean(cover)), "wide_cover": float(np.mean(cover_wide)),
             "reference_cover": float(np.mean(simultaneous)), "rank_cover": float(np.mean(ranks_cover)),
@@ -96,17 +96,17 @@ def true_ranks(fit: dict) -> dict:
     return {m: k + 1 for k, m in enumerate(order)}
 
 
-def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 20_000) -> dict:
+def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 20_000,
+                        own_floor: bool = stats.OWN_VARIANCE_FLOOR) -> dict:
     """Scores, the reference family and the rank intervals only, over `reps` Normal tables
     simulated from the model fitted to `data`, each refitted on the fitted model's design
     (stats.fgls_weights, a numpy WLS, stats.with_variances: the same fit as
     stats.fit_leaderboard's without rebuilding the design or testing its terms; `draws`: the
-    max-|t| draws per refit). Against the rank intervals, the percentile intervals of the ranks
-    over `draws` draws from Normal(scores, their covariance). Also the estimated SE of each
+    max-|t| draws per refit; `own_floor`: the fits'). Against the rank intervals, the percentile
+    intervals of the ranks over `draws` draws from Normal(scores, their covariance). Also the estimated SE of each
     difference to the first reference over its true one (the GLS SE at the true variances),
     averaged over tables: for the third of methods with the widest spread and for the rest."""
-    stats.DRAWS = draws
-    fit = stats.fit_leaderboard(data)
+    fit = stats.fit_leaderboard(data, own_floor=own_floor, draws=draws)
     model = fit["fit"].model
     x = pd.DataFrame(model.exog, columns=model.exog_names)
     frame = model.data.frame
@@ -124,14 +124,14 @@ def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int
     rank_missed, percentile_missed = [], []  # per table, the methods whose true rank fell outside
     for _ in tqdm(range(reps), desc="tables", mininterval=60):
         y = mean + sd * rng.standard_normal(len(mean))
-        weights, _, *variances = stats.fgls_weights(model.exog, y, n_of_run, method_of_run, by_method=True)
+        weights, _, *variances = stats.fgls_weights(model.exog, y, n_of_run, method_of_run, True, own_floor)
         f = stats.with_variances(sm.WLS(y, x, weights=weights).fit(), *variances)
         _, est, cov, half = stats.scores(f, methods)
         for i, m in enumerate(methods):
             cover.append(abs(est[i] - fit["score"][m][0]) <= half[i])
             if m in wide:
                 cover_wide.append(cover[-1])
-        vs = stats.reference_family(f, methods, score_l, cov, rng)["vs"]
+        vs = stats.reference_family(f, methods, score_l, cov, rng, draws)["vs"]
         simultaneous.append(all(abs(v[0] - fit["vs"][r][m][0]) <= v[1] for r, vv in vs.items() for m, v in vv.items()))
         ratio += np.sqrt(np.diag(c @ f.cov_params().to_numpy() @ c.T)) / true_se / reps
         rank = stats.tiers(methods, est, cov, lambda i, j: stats.contrast_df(f, score_l[i] - score_l[j]))["rank"]
@@ -175,12 +175,12 @@ def main(argv=None) -> None:
     parser.add_argument("--references", action="store_true",
                         help="scores and the reference family only, on the fitted design (fast)")
     parser.add_argument("--no-floor", action="store_true",
-                        help="refit with the moderated variances alone (stats.OWN_VARIANCE_FLOOR off)")
+                        help="refit with the moderated variances alone (the fits' own_floor off)")
     args = parser.parse_args(argv)
-    stats.OWN_VARIANCE_FLOOR = not args.no_floor
     t0 = time.perf_counter()
     if args.references:
-        out = simulate_references(plot.leaderboard_data(plot.load_runs(args.root)), args.reps, args.seed)
+        out = simulate_references(plot.leaderboard_data(plot.load_runs(args.root)), args.reps, args.seed,
+                                  own_floor=not args.no_floor)
         print(f"{args.reps} simulated tables (Normal errors), refitted on the fitted design "
               f"{'without' if args.no_floor else 'with'} the own-variance floor ({time.perf_counter() - t0:.0f} s): "
               f"score intervals cover {out['score_cover']:.3f} (the third with the largest spread "
@@ -195,7 +195,7 @@ def main(argv=None) -> None:
               f"{missed_most(out['percentile_worst'])})")
         return
     out = simulate(plot.leaderboard_data(plot.load_runs(args.root)), args.reps, args.seed,
-                   by_method=not args.pooled, resampled=args.errors == "resampled")
+                   by_method=not args.pooled, resampled=args.errors == "resampled", own_floor=not args.no_floor)
     print(f"{args.reps} simulated tables ({args.errors} errors), refitted with "
           f"{'one SD per N' if args.pooled else 'a spread per method'} "
           f"({time.perf_counter() - t0:.0f} s): score intervals cover "

@@ -171,7 +171,8 @@ def _squeeze(s2: np.ndarray, d: np.ndarray, prior: np.ndarray) -> tuple:
     return (d0 * s0 + d * s2) / (d0 + d), d0, s0
 
 
-def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method: bool = False):
+def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method: bool = False,
+          own_floor: bool = OWN_VARIANCE_FLOOR):
     """(fit, {N: sigma}, weights) of the model (with the seed term if `seed`, one per seed and N if
     `block`) with weights 1 / (sigma[N]^2 lambda[method]^2) at their fixed point (fgls_weights). The
     fit carries `spread` ({method: lambda}), `prior_df` (d0) and `variance_groups` ([(runs,
@@ -188,7 +189,7 @@ def _fgls(data: pd.DataFrame, seed: bool = False, block: bool = False, by_method
         raise ValueError("the leaderboard model has no residual degrees of freedom: it needs "
                          "cells with more than one seed")
     weights, sigma, *variances = fgls_weights(
-        x, data["y"].to_numpy(dtype=float), data["N"].to_numpy(), data["method"].to_numpy(), by_method)
+        x, data["y"].to_numpy(dtype=float), data["N"].to_numpy(), data["method"].to_numpy(), by_method, own_floor)
     return with_variances(smf.wls(formula, data, weights=weights).fit(), *variances), sigma, weights
 
 
@@ -205,13 +206,13 @@ def with_variances(fit, spread: dict, prior_df: float, variance_groups: list, in
 
 
 def fgls_weights(x: np.ndarray, y: np.ndarray, n_of_run: np.ndarray, method_of_run: np.ndarray,
-                 by_method: bool = False) -> tuple:
+                 by_method: bool = False, own_floor: bool = OWN_VARIANCE_FLOOR) -> tuple:
     """The feasible GLS fixed point of design x (full rank) and outcomes y: (weights 1 /
     (sigma[N]^2 lambda[method]^2), {N: sigma}, {method: lambda}, prior df d0, variance groups
     [(runs, degrees of freedom)], each run's variance inflation). lambda = 1 unless `by_method`,
     then one per method on its runs at N > 0, moderated (_squeeze) and relative to the prior's s0.
-    The weights use the moderated variances; the intervals never take a method's below its own
-    (OWN_VARIANCE_FLOOR): where its unmoderated s2 is the larger, its stale runs' inflation is
+    The weights use the moderated variances; unless `own_floor` is False, the intervals never take
+    a method's below its own: where its unmoderated s2 is the larger, its stale runs' inflation is
     s2 / lambda^2 and its variance rests on its own degrees of freedom d, not d0 + d (moderation
     pulls a truly wide method toward the typical one, which leaves its intervals short)."""
     weights, sigma, df_resid = np.ones(len(y)), {}, len(y) - x.shape[1]
@@ -260,7 +261,7 @@ def fgls_weights(x: np.ndarray, y: np.ndarray, n_of_run: np.ndarray, method_of_r
         if done:
             break
     # above by more than rounding: equal variances (every method's s2 the model's) floor none
-    floor = {m: f for m, f in floor.items() if f > 1 + 1e-9 and OWN_VARIANCE_FLOOR}
+    floor = {m: f for m, f in floor.items() if f > 1 + 1e-9 and own_floor}
     # a floored method's variance is its own, on its own degrees of freedom
     variance_groups = [(groups[n], dof[n]) for n in groups] + (
         [(own[m], method_df[m] if m in floor else prior_df + method_df[m]) for m in own if len(own[m])]
@@ -319,18 +320,19 @@ def contrast_df(fit, v: np.ndarray) -> float:
     return float(b.sum()) ** 2 / parts if parts > 0 else math.inf
 
 
-def _fit(data: pd.DataFrame, by_method: bool = False) -> tuple:
+def _fit(data: pd.DataFrame, by_method: bool = False, own_floor: bool = OWN_VARIANCE_FLOOR) -> tuple:
     """(fit, {N: sigma}, seed, the fit without the seed) of the model with the design's blocks: a
     shift per seed and one per seed and N on top, the widest of these that is estimable apart
     from the rounding path, whatever their tests say (the tests are reported in `seed`, not used
     to choose); a spread per method if `by_method`."""
-    without, sigma, weights = _fgls(data, by_method=by_method)
+    without, sigma, weights = _fgls(data, by_method=by_method, own_floor=own_floor)
     seed = {**_seed_test(data, without, weights, sigma), "fitted": False, "per_n": None}
     if seed["p"] is None:  # one seed
         return without, sigma, seed, without
     if data["N"].nunique() > 1:  # one shift per seed and N (the sweep's block)
         try:
-            fit, block_sigma, block_weights = _fgls(_with_seed_by_n(data), block=True, by_method=by_method)
+            fit, block_sigma, block_weights = _fgls(_with_seed_by_n(data), block=True, by_method=by_method,
+                                                          own_floor=own_floor)
         except ValueError:  # a seed missing an N, or a block alone on its kind, or no residual left
             seed["per_n"] = {"F": None, "p": None, "fitted": False}
         else:  # reported: against one shift per seed, both at the larger model's weights
@@ -339,7 +341,7 @@ def _fit(data: pd.DataFrame, by_method: bool = False) -> tuple:
             seed.update(fitted=True, per_n={"F": float(f), "p": float(p), "fitted": True})
             return fit, block_sigma, seed, without
     try:  # one shift per seed (the block model holds it, so this runs only where that is refused)
-        fit, seed_sigma, _ = _fgls(data, seed=True, by_method=by_method)
+        fit, seed_sigma, _ = _fgls(data, seed=True, by_method=by_method, own_floor=own_floor)
     except ValueError:  # a seed run on one kind alone: not estimable apart from the path
         return without, sigma, {**seed, "per_n": None}, without
     seed["fitted"] = True
@@ -477,13 +479,15 @@ def seeds_needed(delta: float, sd_score: float, family: int) -> int:
     return math.ceil(2 * sd_score ** 2 * z ** 2 / delta ** 2)
 
 
-def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
+def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool = OWN_VARIANCE_FLOOR,
+                    draws: int = DRAWS) -> dict:
     """The model and everything the leaderboard shows from it. data: one row per run with
     columns method, N, seed, path (the rounding path's name) and y (final accuracy, %).
     Methods that lack a run at one of STALE_DELAYS have no score and are left out of the
-    comparisons. by_method: the error SD's spread per method at N > 0 (False: one SD per N)."""
+    comparisons. by_method: the error SD's spread per method at N > 0 (False: one SD per N);
+    own_floor: fgls_weights'; draws: of the reference family's max-|t| critical values."""
     data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
-    fit, sigma, seed, without = _fit(data, by_method)
+    fit, sigma, seed, without = _fit(data, by_method, own_floor)
     have = set(zip(data["method"], data["N"]))
     methods = sorted({m for m in data["method"] if all((m, n) in have for n in STALE_DELAYS)})
     share = 1 / len(STALE_DELAYS)
@@ -497,7 +501,7 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True) -> dict:
            "drop": {m: estimate(fit, {**{(m, n): share for n in STALE_DELAYS}, (m, 0): -1})
                     for m in methods if (m, 0) in have}}
     rng = np.random.default_rng(DRAW_SEED)
-    out.update(reference_family(fit, methods, score_l, cov, rng))
+    out.update(reference_family(fit, methods, score_l, cov, rng, draws))
     if not methods:  # no method has every stale N yet: cells only
         out.update(tiers={}, pairs={}, rank={})
     else:
@@ -534,7 +538,7 @@ def scores(fit, methods: list) -> tuple:
     return score_l, score_l @ fit.params.to_numpy(), cov, np.array(half)
 
 
-def reference_family(fit, methods: list, score_l: np.ndarray, cov: np.ndarray, rng) -> dict:
+def reference_family(fit, methods: list, score_l: np.ndarray, cov: np.ndarray, rng, draws: int = DRAWS) -> dict:
     """{vs: {reference: {method: (difference, simultaneous 95% half-width, adjusted p)}},
     vs_family, vs_df, vs_critical}: every method against each of REFERENCES it is not, one
     family (the single-step max-|t| of the module's docstring); vs empty where no reference
@@ -548,7 +552,7 @@ def reference_family(fit, methods: list, score_l: np.ndarray, cov: np.ndarray, r
     diff, se = c @ fit.params.to_numpy(), np.sqrt(np.diag(c @ fit.cov_params().to_numpy() @ c.T))
     # max |Z| over the family, Z the differences' errors over their SEs, from draws of the
     # scores' errors (Cholesky of their covariance, full rank where the family's is not)
-    errors = rng.standard_normal((DRAWS, len(methods))) @ np.linalg.cholesky(cov).T
+    errors = rng.standard_normal((draws, len(methods))) @ np.linalg.cholesky(cov).T
     pick = lambda names: [methods.index(n) for n in names]
     max_z = np.sort((np.abs(errors[:, pick(m for m, _ in family)] - errors[:, pick(r for _, r in family)])
                      / se).max(axis=1))

@@ -447,7 +447,7 @@ def test_the_reference_simulation_refits_the_leaderboard_model():
     assert compared["pairs"] == pytest.approx(r["pairs"], rel=1e-9)
 
 
-def test_the_reference_simulation_finds_every_rank_where_the_methods_lie_far_apart(monkeypatch):
+def test_the_reference_simulation_finds_every_rank_where_the_methods_lie_far_apart():
     """bench_stats.simulate_references on four methods 10 points apart (noise SD 1, 6 seeds): no
     simulated table can leave a true rank outside its rank interval or its percentile one (both
     counted), and every share the bench prints is one of its tables."""
@@ -457,12 +457,13 @@ def test_the_reference_simulation_finds_every_rank_where_the_methods_lie_far_apa
     names = ["grpo_tis", "m1", "m2", "m3"]
     data = _frame([(m, n, s, "P", (50 if n == 0 else 40 - 10 * i) + rng.standard_normal())
                    for i, m in enumerate(names) for n in DELAYS for s in range(6)])
-    monkeypatch.setattr(stats, "DRAWS", stats.DRAWS)  # the simulation sets its own: restored after
-    out = bench_stats.simulate_references(data, reps=3, seed=1, draws=2000)
+    module_own = (stats.DRAWS, stats.OWN_VARIANCE_FLOOR)
+    out = bench_stats.simulate_references(data, reps=3, seed=1, draws=2000, own_floor=False)
     assert out["tables"] == 3 and out["reference"] == "grpo_tis"
     assert out["rank_cover"] == out["percentile_cover"] == 1.0
     assert out["rank_worst"][1] == out["percentile_worst"][1] == 0 and out["percentile_miss_mean"] == 0
     assert all(0 <= out[k] <= 1 for k in ("score_cover", "wide_cover", "reference_cover"))
+    assert (stats.DRAWS, stats.OWN_VARIANCE_FLOOR) == module_own  # its settings are its own, not the module's
 
 
 def test_model_checks_residual_shape_by_hand():
