@@ -278,7 +278,7 @@ def check_out_dir(cfg: dict):
     saved = os.path.join(out_dir, "config.yaml")
     if os.path.exists(saved):
         with open(saved) as f:
-            diff = config.config_differences(yaml.safe_load(f) or {}, cfg)
+            diff = config.config_differences(yaml.load(f, Loader=config.YAML_LOADER) or {}, cfg)
         if diff:
             raise ValueError(
                 f"out_dir {out_dir!r} holds a different run ({'; '.join(diff)}). Pick another "

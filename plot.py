@@ -47,9 +47,6 @@ from run_info import processor_kind
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-# libyaml's parser where PyYAML has it (the same objects as yaml.safe_load, ~10x faster over
-# hundreds of kept configs)
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 FIGURES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures")
 
 # colors and line styles of the study's four objectives; any other objective (registered in
@@ -76,7 +73,7 @@ def load_runs(root: str) -> list:
     for path in paths:
         folder = os.path.dirname(path)
         with open(os.path.join(folder, "config.yaml")) as f:
-            cfg = yaml.load(f, Loader=YAML_LOADER)
+            cfg = yaml.load(f, Loader=config.YAML_LOADER)
         with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
             rows = [json.loads(line) for line in f]
         sessions = []  # a run folder without run_info.json: no sessions known

@@ -760,7 +760,7 @@ def main(argv=None) -> None:
     if args.cores_per_job is not None and args.cores_per_job < 1:
         parser.error(f"--cores-per-job must be >= 1, got {args.cores_per_job}")
     with open(args.sweep) as f:
-        sweep = yaml.safe_load(f)
+        sweep = yaml.load(f, Loader=config.YAML_LOADER)
     if args.print:
         for _, overrides in expand(sweep):
             config.load_config(sweep["config"], overrides)  # a bad run fails here, not on a node
