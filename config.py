@@ -17,8 +17,8 @@ import tasks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULTS_PATH = os.path.join(HERE, "configs", "defaults.yaml")
-# libyaml's parser where PyYAML has it: the same objects as yaml.safe_load, ~10x faster (a sweep
-# loads every run's config, a table every kept run's)
+# libyaml's parser where PyYAML has it: the same objects as yaml.safe_load, faster (a sweep loads
+# every run's config, a table every kept run's; docs/speed.md)
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
