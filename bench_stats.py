@@ -103,9 +103,10 @@ def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int
     (stats.fgls_weights, a numpy WLS, stats.with_variances: the same fit as
     stats.fit_leaderboard's without rebuilding the design or testing its terms; `draws`: the
     max-|t| draws per refit; `own_floor`: the fits'). Against the rank intervals, the percentile
-    intervals of the ranks over `draws` draws from Normal(scores, their covariance). Also the estimated SE of each
-    difference to the first reference over its true one (the GLS SE at the true variances),
-    averaged over tables: for the third of methods with the widest spread and for the rest."""
+    intervals of the ranks over `draws` draws from Normal(scores, their covariance). Also the
+    estimated SE of each difference to the first reference over its true one (the GLS SE at the
+    true variances), averaged over tables: for the third of methods with the widest spread and
+    for the rest."""
     fit = stats.fit_leaderboard(data, own_floor=own_floor, draws=draws)
     model = fit["fit"].model
     x = pd.DataFrame(model.exog, columns=model.exog_names)
