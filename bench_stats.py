@@ -144,7 +144,9 @@ def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int
     is_wide = np.array([m in wide for m in methods if m != ref])
     return {"score_cover": float(np.mean(cover)), "wide_cover": float(np.mean(cover_wide)),
             "reference_cover": float(np.mean(simultaneous)), "tables": reps,
-            "se_ratio_wide": float(ratio[is_wide].mean()), "se_ratio_rest": float(ratio[~is_wide].mean()),
+            # nan where a group holds no difference (a design whose widest third is the reference alone)
+            "se_ratio_wide": float(ratio[is_wide].mean()) if is_wide.any() else float("nan"),
+            "se_ratio_rest": float(ratio[~is_wide].mean()) if (~is_wide).any() else float("nan"),
             "reference": ref, **missed_counts("rank", rank_missed, methods),
             **missed_counts("percentile", percentile_missed, methods)}
 
