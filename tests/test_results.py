@@ -271,9 +271,14 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
             r" ?([^,]+?) ([+-][\d.]+) \(z ([+-][\d.]+)\)", way.split("beyond 2 SE unadjusted: ")[1])}
     gated = ("GRPO+TIS", "GRPO+seq-TIS", "IcePop (prime-rl form)", "FlashREINFORCE")
     assert set().union(*refuted.values()) and set().union(*refuted.values()) <= set(gated) | {"AsymRE", "OAPL"}
-    # OAPL the other way in both directions, as AsymRE, by its two N = 0 cells' distance (stale cells 0)
-    oapl = (beyond[one_way].get("OAPL", (-1.0, 0.0))[0], beyond[other_way].get("OAPL", (1.0, 0.0))[0])
-    assert oapl[0] < 0 < oapl[1] and abs(oapl[0] + oapl[1]) < 2
+    # OAPL refuted the other way in both directions, as AsymRE: its stale cells are 0 at both steps
+    # (N = 2 included), so each direction misses by the distance between its two N = 0 cells
+    assert "OAPL" in refuted[one_way] & refuted[other_way]
+    oapl = {lr: (float(n0), [float(c) for c in re.findall(r"([\d.]+) \(", stale)])
+            for lr, n0, stale in re.findall(r"^\| OAPL \| ([\d.e-]+) \| ([\d.]+) \([^)]*\) \|(.*)\|$", text, re.M)}
+    assert set(oapl) == {"0.0002", "5e-05"} and all(c == 0.0 for _, cells in oapl.values() for c in cells)
+    distance = oapl["5e-05"][0] - oapl["0.0002"][0]
+    assert abs(beyond[one_way]["OAPL"][0] + distance) < 0.5 and abs(beyond[other_way]["OAPL"][0] - distance) < 0.5
     upward = {m: beyond[one_way][m][0] for m in refuted[one_way] if beyond[one_way][m][0] > 0}
     assert upward and set(upward) <= set(gated) and all(10 < e < 20 for e in upward.values())
     # AsymRE the other way in both (about 2 SE: listed beyond 2 SE in one direction at least)
