@@ -102,6 +102,7 @@ leaderboard-seeds: .venv/ready
 leaderboard-lr: .venv/ready
 	$(PY) sweep.py configs/sweep_leaderboard_lr5e-5_toy.yaml --jobs auto
 	$(PY) sweep.py configs/sweep_leaderboard_lr5e-5_newest_toy.yaml --jobs auto
+	$(PY) sweep.py configs/sweep_leaderboard_lr5e-5_rows_toy.yaml --jobs auto
 	$(PY) sweep.py configs/sweep_leaderboard_lr1.25e-5_toy.yaml --jobs auto
 	$(PY) sweep.py configs/sweep_drift_n2_toy.yaml --jobs auto
 	$(MAKE) tables

@@ -30,6 +30,7 @@ import gzip
 import json
 import math
 import os
+import re
 import sys
 from collections import defaultdict
 
@@ -504,18 +505,92 @@ def fig10(root: str, out: str, window: int = 20, **_) -> None:
                            f"N = {delays_note(runs)} ({seeds_note(runs)}, min-max)", table, runs)
 
 
+# Named rows: a row's key -> its label, where an objective at those settings has a name of its own.
+NAMED_ROWS = {"grpo_grpo_anchor-behavior": "PPO vs sampler (GRPO, behavior anchor)"}
+# Config keys that leave the trained weights untouched: runs of one table may differ in them.
+NOT_TRAINING = {"out_dir", "resume", "eval_every", "eval_from", "engine_mismatch_every", "log_to",
+                "wandb", "ckpt_every", "keep_checkpoints", "grade_workers"}
+# Keys that place a run in a table: its row (loss, loss_args), its N and its seed.
+RUN_PLACE = {"loss", "loss_args", "delay", "seed"}
+
+
+def row_settings(run: dict) -> dict:
+    """{key: value} of the run's objective settings (the hparams its objective registers in
+    losses.py) that differ from the registered defaults, by key; {} for an objective that is not
+    registered (its name alone says what it is)."""
+    registered = losses.LOSSES.get(run["loss"])
+    args = run["cfg"].get("loss_args") or {}
+    if registered is None:
+        return {}
+    return {k: args[k] for k, default in sorted(registered.hparams.items())
+            if k in args and args[k] != default}
+
+
+def objective_settings(run: dict) -> dict:
+    """{key: value} of every setting the run's objective registers, as the run resolved it."""
+    registered = losses.LOSSES.get(run["loss"])
+    args = run["cfg"].get("loss_args") or {}
+    return {k: args.get(k, v) for k, v in sorted(registered.hparams.items())} if registered else {}
+
+
 def method(run: dict) -> str:
-    """The leaderboard's entries: objectives, and grpo's PPO clip against the sampler apart."""
-    behavior = run["loss"] == "grpo" and run["cfg"]["loss_args"]["grpo_anchor"] == "behavior"
-    return "grpo_behavior" if behavior else run["loss"]
+    """The run's leaderboard row: its objective with its settings, the objective's name followed
+    by _<key>-<value> for each setting that differs from its default (sweep.py's folder suffix):
+    grpo_tis with tis_cap 5 is the row grpo_tis_tis_cap-5.0, never the row grpo_tis."""
+    return run["loss"] + "".join(f"_{k}-{v}" for k, v in row_settings(run).items())
+
+
+def row_label(key: str) -> str:
+    """A row's name in tables, from its key (method): NAMED_ROWS, else the objective's label with
+    the settings that differ, e.g. grpo_tis_tis_cap-5.0 -> "GRPO+TIS (tis_cap 5)"; a key that
+    names no registered objective is its own label."""
+    if key in NAMED_ROWS:
+        return NAMED_ROWS[key]
+    for loss in sorted(losses.LOSSES, key=len, reverse=True):  # the longest name that fits
+        if key == loss:
+            return losses.LOSSES[loss].label
+        names = "|".join(map(re.escape, sorted(losses.LOSSES[loss].hparams, key=len, reverse=True)))
+        if names and key.startswith(loss + "_"):
+            found = re.findall(rf"_({names})-(.+?)(?=_(?:{names})-|$)", key[len(loss):])
+            if found and "".join(f"_{k}-{v}" for k, v in found) == key[len(loss):]:
+                return losses.LOSSES[loss].label + " (" + ", ".join(f"{k} {_short(v)}" for k, v in found) + ")"
+    return key
+
+
+def _short(value: str) -> str:
+    """A setting's value as a label shows it: 5.0 -> 5, 1e-05 -> 1e-05, words as they are."""
+    try:
+        return f"{float(value):g}"
+    except ValueError:
+        return value
+
+
+def row_order(runs: list) -> list:
+    """The rows of runs: by objective in loss_order, each objective's default settings first,
+    then its variants by key."""
+    keys = {method(r): r["loss"] for r in runs}
+    rank = {loss: i for i, loss in enumerate(loss_order(runs))}
+    return sorted(keys, key=lambda k: (rank[keys[k]], k != keys[k], k))
+
+
+def check_one_table(runs: list, root: str) -> None:
+    """ValueError naming the key and two runs where runs of one table differ in a setting that
+    changes what is trained (anything but their row, N, seed and NOT_TRAINING): a table pools
+    runs of one design, and a row's settings are in its key (method)."""
+    first = {}
+    for r in runs:
+        for key in set(r["cfg"]) - RUN_PLACE - NOT_TRAINING:
+            value = json.dumps(r["cfg"][key], sort_keys=True)
+            seen = first.setdefault(key, (value, r["name"]))
+            if seen[0] != value:
+                raise ValueError(f"{root}: runs {seen[1]} and {r['name']} differ in {key} ({seen[0]} "
+                                 f"vs {value}): one table pools one design; keep them in separate folders")
 
 
 def method_style(name: str, names: list) -> tuple:
-    """(label, color, line style): the study's styles for its four, spare colors for the rest."""
-    if name == "grpo_behavior":
-        label = "PPO vs sampler (GRPO, behavior anchor)"
-    else:
-        label = losses.LOSSES[name].label if name in losses.LOSSES else name
+    """(label, color, line style) of a row key: the study's styles for its four, spare colors
+    for the rest."""
+    label = row_label(name)
     if name in STUDY_STYLE:
         return (label, *STUDY_STYLE[name])
     i = [n for n in names if n not in STUDY_STYLE].index(name)
@@ -748,7 +823,8 @@ def leaderboard_data(runs: list) -> pd.DataFrame:
         rewards = [row["reward_mean"] for row in r["rows"] if row.get("reward_mean") is not None]
         return json.dumps(rewards) if rewards else r["name"]
     return pd.DataFrame([{"method": method(r), "N": r["delay"], "seed": r["seed"], "path": rounding_path(r),
-                          "y": 100 * final_mean(r), "trajectory": trajectory(r)} for r in runs])
+                          "y": 100 * final_mean(r), "trajectory": trajectory(r),
+                          "settings": json.dumps(objective_settings(r), sort_keys=True)} for r in runs])
 
 
 def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
@@ -768,8 +844,8 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     for r in runs:
         groups[(method(r), r["delay"])].append(r | {"final": final_mean(r)})
     delays = sorted({d for _, d in groups})
-    names = [x for n in loss_order(runs) for x in ((n, "grpo_behavior") if n == "grpo" else (n,))]
-    order = [n for n in names if any(k[0] == n for k in groups)]
+    check_one_table(runs, root)
+    order = row_order(runs)
     cells = {n: {d: {r["seed"]: r["final"] for r in groups.get((n, d), [])} for d in delays}
              for n in order}
     data = leaderboard_data([r for rs in groups.values() for r in rs])
@@ -1148,7 +1224,7 @@ def drift_lines(pred: dict, lr_fit: float, lr_test: float, name) -> list:
 
 # published drift statistics the toy's cells can be set against: (the entry whose runs log the same
 # statistic, the metric, the published value, what it measured)
-ANCHOR_DRIFT = [("grpo_behavior", "clip_frac", 0.0122,
+ANCHOR_DRIFT = [("grpo_grpo_anchor-behavior", "clip_frac", 0.0122,
                  "M2PO (arXiv 2510.01161, abstract): the share of tokens PPO's clip (0.2, against the "
                  "sampler) cuts at staleness 256 (Qwen2.5 7B-32B, lr 1e-6), before M2PO's own mask"),
                 ("m2po", "is_masked_frac", 0.0006,
@@ -1252,7 +1328,7 @@ def tier_lines(runs: dict, order: list, name) -> list:
     return lines
 
 
-REGIME_ROWS = ("grpo", "grpo_tis", "agro", "ggpo", "grpo_behavior")  # the study's four, PPO vs sampler
+REGIME_ROWS = ("grpo", "grpo_tis", "agro", "ggpo", "grpo_grpo_anchor-behavior")  # the study's four, PPO vs sampler
 MILD_DROP = 5.0  # points: "near its on-policy accuracy" at N = 8 (about one seed SD of a cell there)
 
 
@@ -1313,8 +1389,7 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
     a, b = data[root], data[against]
     shared = [m for m in dict.fromkeys(a["method"]) if m in set(b["method"])]
     a, b = a[a["method"].isin(shared)], b[b["method"].isin(shared)]
-    order = [m for n in loss_order(runs[root]) for m in ((n, "grpo_behavior") if n == "grpo" else (n,))
-             if m in shared]
+    order = [m for m in row_order(runs[root]) if m in shared]
     name = lambda m: method_style(m, order)[0]
     delays = sorted(set(a["N"]) | set(b["N"]))
     lines = ["| method | lr | " + " | ".join(f"N={n}: final % (K3 x1e-3)" for n in delays) + " |",

@@ -97,6 +97,7 @@ N, and named contrasts of them with Holm's adjustment: the direction ablation), 
 a method's drop from N = 0 depends on N and the step size only through the drift its batches
 carry, fitted at one step size and tested at another).
 """
+import json
 import math
 import warnings
 
@@ -112,7 +113,7 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.tools.sm_exceptions import SingularMatrixWarning
 
 STALE_DELAYS = (8, 32, 128)  # the staleness score: mean final accuracy over these N
-REFERENCES = ("grpo_tis", "grpo", "grpo_behavior")  # the named rows every method is set against
+REFERENCES = ("grpo_tis", "grpo", "grpo_grpo_anchor-behavior")  # the named rows every method is set against
 ALPHA = 0.05  # family-wise error rate of the tiers and of the reference intervals
 POWER = 0.8  # the power the seed counts aim for
 DRAWS = 100_000  # Monte Carlo draws of the max-|t| critical value
@@ -479,6 +480,21 @@ def seeds_needed(delta: float, sd_score: float, family: int) -> int:
     return math.ceil(2 * sd_score ** 2 * z ** 2 / delta ** 2)
 
 
+def check_one_setting(data: pd.DataFrame) -> None:
+    """ValueError naming the method and the key where one method's runs differ in an objective
+    setting: data's column `settings` (where there is one) holds each run's settings as JSON of
+    {key: value}, and a method is one objective with one set of settings."""
+    if "settings" not in data:
+        return
+    for m, group in data.groupby("method"):
+        kinds = [json.loads(s) for s in dict.fromkeys(group["settings"])]
+        if len(kinds) > 1:
+            a, b = kinds[:2]
+            key = next(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+            raise ValueError(f"method {m!r} pools runs whose objective settings differ in {key} "
+                             f"({a.get(key)!r} vs {b.get(key)!r}): two settings are two rows")
+
+
 def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool = OWN_VARIANCE_FLOOR,
                     draws: int = DRAWS) -> dict:
     """The model and everything the leaderboard shows from it. data: one row per run with
@@ -486,6 +502,7 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool 
     Methods that lack a run at one of STALE_DELAYS have no score and are left out of the
     comparisons. by_method: the error SD's spread per method at N > 0 (False: one SD per N);
     own_floor: fgls_weights'; draws: of the reference family's max-|t| critical values."""
+    check_one_setting(data)
     data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
     fit, sigma, seed, without = _fit(data, by_method, own_floor)
     have = set(zip(data["method"], data["N"]))

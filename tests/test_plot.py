@@ -427,3 +427,45 @@ def test_leaderboard_with_one_run_per_cell_shows_the_cells(tmp_path):
     table = _table(out)
     assert "| GRPO+TIS | 55.0 | 45.0 |" in table and "| GRPO | 50.0 | 40.0 |" in table
     assert "One run per cell so far" in table and os.path.getsize(out) > 10_000
+
+
+def test_a_row_is_an_objective_with_its_settings(tmp_path):
+    """GRPO+TIS runs at tis_cap 5 beside runs at its default 2 are a row of their own, labelled by
+    what differs; PPO against the sampler is such a row (grpo at grpo_anchor behavior), named."""
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        for delay in (0, 8, 32, 128):
+            _run(runs, 0.4 + 0.01 * seed, "grpo_tis", delay, seed)
+            _run(runs, 0.2 + 0.01 * seed, "grpo_tis", delay, seed, name=f"grpo_tis_N{delay}_s{seed}_tis_cap-5.0",
+                 **{"loss_args.tis_cap": 5.0})
+            _run(runs, 0.3 + 0.01 * seed, "grpo", delay, seed, name=f"grpo_N{delay}_s{seed}_grpo_anchor-behavior",
+                 **{"loss_args.grpo_anchor": "behavior"})
+    loaded = plot.load_runs(str(runs))
+    assert set(plot.row_order(loaded)) == {"grpo_tis", "grpo_tis_tis_cap-5.0", "grpo_grpo_anchor-behavior"}
+    assert plot.row_order(loaded)[0] == "grpo_grpo_anchor-behavior"  # grpo before grpo_tis, as registered
+    assert plot.row_label("grpo_tis_tis_cap-5.0") == "GRPO+TIS (tis_cap 5)"
+    assert plot.row_label("grpo_grpo_anchor-behavior") == "PPO vs sampler (GRPO, behavior anchor)"
+    assert plot.row_label("grpo_mis_mis_direction-harmful_mis_low-0.8") == "GRPO+MIS (mis_direction harmful, mis_low 0.8)"
+    out = str(tmp_path / "leaderboard.png")
+    plot.main(["leaderboard", str(runs), "--out", out])
+    rows = {l.split(" | ")[1]: l.split(" | ") for l in _table(out).split("\n\n")[1].splitlines()[2:]}
+    assert rows["GRPO+TIS"][9:11] == ["40.5 (40.0-41.0)", "40.5 (40.0-41.0)"]
+    assert rows["GRPO+TIS (tis_cap 5)"][9:11] == ["20.5 (20.0-21.0)", "20.5 (20.0-21.0)"]
+
+
+def test_the_statistics_refuse_to_pool_settings_or_designs(tmp_path):
+    """stats.fit_leaderboard refuses one method whose runs differ in an objective setting, naming
+    the key; a table whose runs differ in a training setting (lr) is refused, naming it."""
+    import pandas as pd
+    import stats
+    data = pd.DataFrame([{"method": "grpo_tis", "N": n, "seed": s, "path": "P1", "y": 40.0 + s,
+                          "trajectory": f"{n}{s}", "settings": json.dumps({"tis_cap": 2.0 if s else 5.0})}
+                         for n in (0, 8, 32, 128) for s in (0, 1)])
+    with pytest.raises(ValueError, match="differ in tis_cap"):
+        stats.fit_leaderboard(data)
+    runs = tmp_path / "runs"
+    for delay in (0, 8):
+        _run(runs, 0.4, "grpo_tis", delay, 0)
+        _run(runs, 0.4, "grpo_tis", delay, 1, lr=5e-5)
+    with pytest.raises(ValueError, match="differ in lr"):
+        plot.main(["leaderboard", str(runs), "--out", str(tmp_path / "l.png")])

@@ -290,7 +290,7 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     assert beyond[other_way].get("FlashREINFORCE", (-1.0, 0.0))[0] < 0
     lr5e5 = smaller_step_rows(text)
     with open(os.path.join(ROOT, "configs", "sweep_leaderboard_lr5e-5_toy.yaml")) as f:
-        names = yaml.safe_load(f)["grid"]["loss"] + ["grpo_behavior"]  # + grpo's `only` anchor
+        names = yaml.safe_load(f)["grid"]["loss"] + ["grpo_grpo_anchor-behavior"]  # + grpo's `only` anchor
     # the second step's fifteen rows (the newest corrections join that table as they land)
     ladder = {plot.method_style(m, names)[0] for m in names}
     assert len(ladder) == 15
