@@ -46,6 +46,7 @@ VESPO_MIN_LAMBDA = 1e-4  # VESPO's floor on lambda
 BINARY_KL_EPS = 1e-8  # SkyRL's guard inside the binary KL's log(1 - p)
 BAPO_EPS = 1e-8  # BAPO's guard in the positive / negative contribution ratio
 DUAL_CLIP_C = 3.0  # PPO's dual clip of verl (clip_ratio_c): loss <= -c A for A < 0
+KL_VALUE_BOUND = 10.0  # the clamp of a token k3 value (SkyRL's and NeMo-RL's kl_output_clamp_value)
 FLASH_PROB_CLAMP = 1e-6  # FlashREINFORCE's (and Molt's) clamp of p, q to [c, 1 - c] in its binary KL
 
 
@@ -153,10 +154,19 @@ def _band(low, high):
     return check
 
 
-def _grpo_advantages(rewards, m):
-    """A_i = (r_i - mean r) / (std r + 1e-6) per group, std unbiased (as DeepSeekMath and TRL)."""
+def _grpo_advantages(rewards, m, hp=None):
+    """A_i = (r_i - mean r) / (std r + eps) per group: by default std unbiased and eps 1e-6 (verl's,
+    SkyRL's); hp's adv_std ("unbiased" or "population") and adv_eps where the objective registers
+    them (TRL's GRPOTrainer: unbiased, 1e-4; its AsyncGRPO: population, 1e-8)."""
     g = rewards.view(-1, m)
-    return ((g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + ADV_EPS)).view(-1)
+    population = hp is not None and hp.get("adv_std") == "population"
+    eps = ADV_EPS if hp is None else hp.get("adv_eps", ADV_EPS)
+    return ((g - g.mean(1, keepdim=True)) / (g.std(1, unbiased=not population, keepdim=True) + eps)).view(-1)
+
+
+ADV = {"adv_std": "unbiased", "adv_eps": ADV_EPS}  # GRPO's advantage: its std and the guard of 1 / std
+_check_adv = (_choice("adv_std", unbiased="Bessel-corrected, verl's and TRL's GRPOTrainer's",
+                      population="ddof 0, TRL's AsyncGRPO's"), _nonnegative("adv_eps"))
 
 
 def _clipped_surrogate(logp, anchor, A, clip_low, clip_high):
@@ -177,19 +187,31 @@ def _check_grpo_anchor(hp, name):
                          "for 'grpo' only (drop it or set it to 'proximal')")
 
 
-@register("grpo", label="GRPO", hparams={**PPO_CLIP, "grpo_anchor": "proximal"},
-          checks=(_check_ppo_clip, _check_grpo_anchor))
+def _batch_length_stats(logp, behavior_logp, mask, hp):
+    """n / B of the whole batch: its mean response length (a sequence-mean's normalization)."""
+    return {"gspo_len_mean": float(mask.sum() / mask.size(0))}
+
+
+@register("grpo", label="GRPO", hparams={**PPO_CLIP, "grpo_anchor": "proximal", "grpo_agg": "token_mean", **ADV},
+          checks=(_check_ppo_clip, _check_grpo_anchor, *_check_adv,
+                  _choice("grpo_agg", token_mean="(1/n) sum over the batch's tokens",
+                          seq_mean="(1/B) sum_i (1/|y_i|) sum_t: slime's and ROLL's default")),
+          batch_stats=_batch_length_stats, stats_read_logp=False)
 def grpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GRPO (DeepSeekMath, arXiv 2402.03300), rho = exp(l - anchor), anchor sg(l) ("proximal",
     default) or b ("behavior", PPO's form):
         loss = -(1/n) sum_{i,t} mask min(rho A_i, clip(rho, 1-eps_l, 1+eps_h) A_i),
-        dL/dl_{i,t} = -rho A_i / n, 0 where (A_i > 0, rho > 1+eps_h) or (A_i < 0, rho < 1-eps_l).
+        dL/dl_{i,t} = -rho A_i / n, 0 where (A_i > 0, rho > 1+eps_h) or (A_i < 0, rho < 1-eps_l);
+    ``grpo_agg: seq_mean``: -(1/B) sum_i (1/|y_i|) sum_t, dL/dl_{i,t} = -rho A_i / (B |y_i|) (written
+    with the batch's n/B, ``gspo_len_mean``). A_i with ``adv_std`` and ``adv_eps`` (_grpo_advantages).
     Metric clip_frac (behavior anchor only). At one step per batch the proximal rho is 1 (stale
     data treated as fresh); "behavior" is PPO's clip against the sampler."""
-    A = _grpo_advantages(rewards, group_size)
+    A = _grpo_advantages(rewards, group_size, hp)
     anchor = logp.detach() if hp["grpo_anchor"] == "proximal" else behavior_logp
     tok, clipped = _clipped_surrogate(logp, anchor, A[:, None], hp["clip_low"], hp["clip_high"])
     n = mask.sum()
+    if hp["grpo_agg"] == "seq_mean":
+        tok = tok * hp["gspo_len_mean"] / mask.sum(1, keepdim=True).clamp(min=1)
     # the proximal ratio is 1 in value: its clip never acts, so there is no clip_frac to log
     extra = {"clip_frac": (clipped * mask).sum() / n} if hp["grpo_anchor"] == "behavior" else {}
     return (tok * mask).sum() / n, A.detach(), extra
@@ -282,9 +304,10 @@ def ggpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
 # One optimizer step per batch: each published correction below is stated against the sampler
 # (its "old"/proximal policy is the learner itself). DESIGN.md has the table of references.
 
-def _weighted_pg(logp, rewards, group_size, mask, w):
-    """PG(w) of the module docstring (GRPO's A_i times a detached per-token weight w), and A."""
-    A = _grpo_advantages(rewards, group_size)
+def _weighted_pg(logp, rewards, group_size, mask, w, hp=None):
+    """PG(w) of the module docstring (GRPO's A_i times a detached per-token weight w), and A
+    (hp: the advantage's settings, where the objective registers them)."""
+    A = _grpo_advantages(rewards, group_size, hp)
     n = mask.sum()
     return -(A[:, None] * w * torch.exp(logp - logp.detach()) * mask).sum() / n, A.detach()
 
@@ -381,23 +404,20 @@ def grpo_tis_seq(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     return loss, A, _weight_health(w, mask, can_mask=False)
 
 
-@register("grpo_mis_seq", label="GRPO+seq-MIS", hparams={"mis_seq_cap": 3.0},
-          checks=(_positive("mis_seq_cap"),))
+@register("grpo_mis_seq", label="GRPO+seq-MIS", hparams={"mis_seq_cap": 3.0, **ADV},
+          checks=(_positive("mis_seq_cap"), *_check_adv))
 def grpo_mis_seq(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""Sequence masked IS (TRL grpo_trainer.py, ``vllm_importance_sampling_mode="sequence_mask"``,
     its default), on every token of y_i (compared on log S_i: no overflow):
         S_i = exp(sum_t ell_{i,t}), w_i = S_i 1[S_i <= mis_seq_cap], loss = PG(w), dL/dl_{i,t} = -w_i A_i / n.
-    Metrics is_weight_mean / is_ess / is_masked_frac. One step per batch: S_i is against the sampler."""
+    A_i with ``adv_std`` and ``adv_eps`` (TRL's GRPOTrainer: 1e-4). Metrics is_weight_mean / is_ess /
+    is_masked_frac. One step per batch: S_i is against the sampler (TRL's S_i is to its old policy,
+    the learner recomputed before the update, so at one step per batch the two agree)."""
     log_cap = math.log(hp["mis_seq_cap"])
     log_s = _seq_log_ratio(logp, behavior_logp, mask)
     w = torch.where(log_s <= log_cap, torch.exp(log_s.clamp(max=log_cap)), 0.0).expand_as(mask)
-    loss, A = _weighted_pg(logp, rewards, group_size, mask, w)
+    loss, A = _weighted_pg(logp, rewards, group_size, mask, w, hp)
     return loss, A, _weight_health(w, mask, can_mask=True)
-
-
-def _gspo_stats(logp, behavior_logp, mask, hp):
-    """n / B of the whole batch: its mean response length (gspo's normalization)."""
-    return {"gspo_len_mean": float(mask.sum() / mask.size(0))}
 
 
 def _check_gspo_eps(hp, name):
@@ -408,7 +428,7 @@ def _check_gspo_eps(hp, name):
 
 
 @register("gspo", label="GSPO", hparams={"gspo_eps_low": 3e-4, "gspo_eps_high": 4e-4},
-          checks=(_check_gspo_eps,), batch_stats=_gspo_stats, stats_read_logp=False)
+          checks=(_check_gspo_eps,), batch_stats=_batch_length_stats, stats_read_logp=False)
 def gspo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GSPO (arXiv 2507.18071) in GSPO-token form (verl core_algos.py, loss_mode ``gspo``, bypass mode):
         s_i = exp(min(mean_t ell_{i,t}, 10)),  s_{i,t} = sg(s_i) exp(l_{i,t} - sg(l_{i,t}))  (value s_i),
@@ -569,7 +589,7 @@ def sapo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
 
 
 @register("gmpo", label="GMPO", hparams={"gmpo_eps": 0.4}, checks=(_positive("gmpo_eps"),),
-          batch_stats=_gspo_stats, stats_read_logp=False)
+          batch_stats=_batch_length_stats, stats_read_logp=False)
 def gmpo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GMPO (arXiv 2507.20673; verl core_algos.py ``compute_policy_loss_geo_mean``): the geometric
     mean of the token ratios, each clipped in log space on its harmful side, ell with gradient,
@@ -600,7 +620,9 @@ def topr(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
         w_{i,t} = topr_positive_weight if r_i > 0, else topr_negative_weight min(rho_{i,t}, 1),
         loss = PG(w),   dL/dl_{i,t} = -w A_i / n.
     Metrics is_weight_mean / is_ess, topr_trunc_frac (tokens of responses with r_i <= 0 whose rho > 1
-    was truncated). At one step per batch ROLL's old policy is the sampler."""
+    was truncated). The ratio is to the sampler, as TOPR's paper states it for off-policy data;
+    ROLL's pipeline takes it against its old policy, which at one step per batch is the learner
+    (there ROLL's TOPR is REINFORCE)."""
     rho = torch.exp(logp.detach() - behavior_logp)
     positive = (rewards > 0)[:, None]
     w = torch.where(positive, hp["topr_positive_weight"], hp["topr_negative_weight"] * rho.clamp(max=1.0))
@@ -664,7 +686,7 @@ def _check_gepo(hp, name):
 
 
 @register("gepo", label="GEPO", hparams={"gepo_eps": 0.2}, checks=(_check_gepo,),
-          batch_stats=_gspo_stats, stats_read_logp=False)
+          batch_stats=_batch_length_stats, stats_read_logp=False)
 def gepo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""GEPO (group expectation policy optimization, HeteroRL, 2025) as the HeteroRL_GEPO learner
     computes it (src/open-r1/learner_script_checkpoint.py ``_compute_loss``, loss_type "gepo"):
@@ -918,7 +940,7 @@ def _check_outlier(hp, name):
                          f"{hp['outlier_low']}, {hp['outlier_high']}")
 
 
-@register("seq_outlier_rs", label="PPO+outlier RS (SkyRL)",
+@register("seq_outlier_rs", label="PPO+outlier RS (SkyRL's mask)",
           hparams={**PPO_CLIP, "outlier_low": 1e-4, "outlier_high": 100.0},
           checks=(_check_ppo_clip, _check_outlier))
 def seq_outlier_rs(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
@@ -927,8 +949,10 @@ def seq_outlier_rs(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp)
         keep_i = all_t outlier_low <= exp(clamp(ell_{i,t}, -20, 20)) <= outlier_high,
         loss = -(1/n) sum mask keep_i min(rho A_i, clip(rho, 1-eps_l, 1+eps_h) A_i),  rho with gradient,
         dL/dl_{i,t} = -rho A_i keep_i / n where the clip is inactive, else 0.
-    Metrics is_masked_frac (tokens of dropped responses), clip_frac (kept tokens clipped). At one
-    step per batch SkyRL's pi_old is the learner: its mask and loss both take the ratio to mu."""
+    Metrics is_masked_frac (tokens of dropped responses), clip_frac (kept tokens clipped). This
+    row puts SkyRL's mask on PPO's clip against the sampler, which SkyRL itself does not run: its
+    loss and its mask take their ratios against pi_old, the learner at one step per batch, where
+    its PPO ratio is 1 and the clip never acts (SkyRL's gradient there is -A_i keep_i / n)."""
     rho = torch.exp((logp.detach() - behavior_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
     out = ((rho < hp["outlier_low"]) | (rho > hp["outlier_high"])) & mask.bool()
     keep = (~out.any(1, keepdim=True)).to(mask.dtype)
@@ -1095,7 +1119,7 @@ def bapo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
 
 
 @register("oapl", label="OAPL", hparams={"oapl_beta1": 1.0, "oapl_beta2": 1e-3},
-          checks=(_positive("oapl_beta1", "oapl_beta2"),), batch_stats=_gspo_stats, stats_read_logp=False)
+          checks=(_positive("oapl_beta1", "oapl_beta2"),), batch_stats=_batch_length_stats, stats_read_logp=False)
 def oapl(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""OAPL (arXiv 2602.19362; danieldritter/OAPL verl/trainer/oapl/core_algos.py
     ``compute_policy_loss``): a squared regression of beta2 times each response's log-ratio to the
@@ -1154,6 +1178,226 @@ def flash_reinforce(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp
     tok = -a[:, None] * w * torch.exp(logp - lp) * (hp["gspo_len_mean"] / lengths[:, None])
     return (tok * mask).sum() / n, a.detach(), {**_weight_health(w, mask, can_mask=True),
                                                  "flash_seq_kl_mean": seq_kl.mean()}
+
+
+# ----------------------------------------------------------------------------- frameworks' defaults
+# What a framework runs by default on off-policy data, as its code computes it (DESIGN.md has
+# each one's file, function, commit and defaults, and the lag its knob allows).
+
+def _member_stats(logp, behavior_logp, mask, hp):
+    """prime-rl's token count of the whole batch over its response tokens: the tokens whose
+    advantage r_i - mean_group r is nonzero (at least 1), as a share of n."""
+    a = _mean_baseline(hp["rewards"], hp["group_size"])
+    member = (mask * (a != 0)[:, None]).sum()
+    return {"primerl_member_frac": float(member.clamp(min=1) / mask.sum())}
+
+
+def _primerl(logp, behavior_logp, mask, rewards, group_size, hp, masked):
+    """prime-rl's loss with the trust-region mask `masked` [B, T] (True: out of the region): the
+    per-token loss -keep A rho + kl_tau ell^2 over the tokens with A != 0, a token-mean over them."""
+    A = _mean_baseline(rewards, group_size)[:, None]
+    member = mask * (A != 0)
+    keep = member * ~masked
+    ell = logp - behavior_logp  # with gradient: rho and the squared term both train
+    rho = torch.exp(ell)
+    per_token = -torch.where(keep.bool(), A * rho, 0.0) + hp["primerl_kl_tau"] * member * ell ** 2
+    n = mask.sum()
+    loss = per_token.sum() / (n * hp["primerl_member_frac"])
+    w = (keep * rho).detach()
+    return loss, A.view(-1).detach(), {**_weight_health(w, mask, can_mask=True),
+                                       "primerl_member_frac": logp.new_tensor(hp["primerl_member_frac"])}
+
+
+def _check_primerl(hp, name):
+    _require_numbers(hp, ("primerl_mask_low", "primerl_mask_high", "ipo_threshold", "primerl_kl_tau"),
+                     nonnegative=True)
+
+
+PRIMERL = {"primerl_mask_low": 0.2, "primerl_mask_high": 0.2, "primerl_kl_tau": 1e-3}  # DefaultLossConfig
+
+
+@register("primerl", label="prime-rl default (DPPO-TV + KL)", hparams=PRIMERL, checks=(_check_primerl,),
+          batch_stats=_member_stats, stats_read_logp=False, stats_read_rewards=True)
+def primerl(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""prime-rl's default loss (PrimeIntellect-ai/prime-rl src/prime_rl/trainer/rl/loss.py
+    ``default_loss_fn``, ``DefaultLossConfig``): DPPO's binary-TV mask on the learner's minus the
+    sampler's probability, an uncapped ratio, and a squared log-ratio penalty toward the sampler,
+        A_i = r_i - mean_group r (no std),   M = mask 1[A_i != 0] (zero-advantage tokens filtered),
+        d = exp(l) - exp(b),   out = d > primerl_mask_high if A_i > 0, else d < -primerl_mask_low,
+        loss = (1/n_M) sum_{i,t} [-M (1 - out) A_i rho + primerl_kl_tau M (l - b)^2],  n_M = max(sum M, 1),
+        dL/dl_{i,t} = (-A_i rho (1 - out) + 2 primerl_kl_tau (l - b)) M / n_M,
+    rho = exp(l - b) with gradient (prime-rl has no old policy: every ratio is to the sampler, at
+    any number of steps per batch; its adv_tau is 1). n_M is a batch statistic
+    (``primerl_member_frac`` = n_M / n). Metrics is_weight_mean / is_ess / is_masked_frac (tokens
+    with weight 0, the filtered ones included), primerl_member_frac."""
+    d = torch.exp(logp.detach()) - torch.exp(behavior_logp)
+    A = _mean_baseline(rewards, group_size)[:, None]
+    masked = torch.where(A > 0, d > hp["primerl_mask_high"], d < -hp["primerl_mask_low"])
+    return _primerl(logp, behavior_logp, mask, rewards, group_size, hp, masked)
+
+
+@register("primerl_ipo", label="prime-rl IPO", hparams={"ipo_threshold": 0.1, "primerl_kl_tau": 1e-3},
+          checks=(_check_primerl,), batch_stats=_member_stats, stats_read_logp=False, stats_read_rewards=True)
+def primerl_ipo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""prime-rl's IPO loss (loss.py ``ipo_loss_fn``, ``[trainer.loss] type = "ipo"``): ``primerl``
+    with a symmetric mask whatever the advantage's sign,
+        out = |exp(l) - exp(b)| > ipo_threshold,
+        loss = (1/n_M) sum_{i,t} [-M (1 - out) A_i rho + primerl_kl_tau M (l - b)^2],
+        dL/dl_{i,t} = (-A_i rho (1 - out) + 2 primerl_kl_tau (l - b)) M / n_M,
+    A_i, M, n_M as ``primerl``. Metrics as ``primerl``. Against the sampler at any number of steps."""
+    masked = (torch.exp(logp.detach()) - torch.exp(behavior_logp)).abs() > hp["ipo_threshold"]
+    return _primerl(logp, behavior_logp, mask, rewards, group_size, hp, masked)
+
+
+def _loo_baseline(rewards, m):
+    """r_i - mean_{j != i} r_j per group (leave-one-out, no std)."""
+    g = rewards.view(-1, m)
+    return (g - (g.sum(1, keepdim=True) - g) / (m - 1)).view(-1)
+
+
+@register("pipelinerl", label="PipelineRL default (REINFORCE, ratio <= 1.02)",
+          hparams={"pipelinerl_eps_high": 0.02}, checks=(_nonnegative("pipelinerl_eps_high"),),
+          batch_stats=_batch_length_stats, stats_read_logp=False)
+def pipelinerl(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""PipelineRL's default (ServiceNow/PipelineRL pipelinerl/finetune/rl/__init__.py ``rl_step``,
+    ``policy_loss: reinforce`` and ``epsilon_high: 0.02`` of conf/finetune/base.yaml): REINFORCE with a
+    leave-one-out baseline (no std), each token weighted by its ratio to the sampler truncated at
+    1 + pipelinerl_eps_high, summed over tokens and divided by the batch's responses,
+        a_i = r_i - mean_{j != i} r_j,   w = min(rho, 1 + pipelinerl_eps_high) (detached),
+        loss = -(1/B) sum_{i,t} mask a_i w l,   dL/dl_{i,t} = -a_i w_{i,t} / B,
+    written with the batch's n/B (``gspo_len_mean``). Its "old" log-probs are the sampler's (never
+    recomputed), so one step per batch changes nothing. Metrics is_weight_mean / is_ess."""
+    a = _loo_baseline(rewards, group_size)[:, None]
+    w = torch.exp(logp.detach() - behavior_logp).clamp(0, 1 + hp["pipelinerl_eps_high"])
+    loss = -(a * w * logp * mask).sum() * hp["gspo_len_mean"] / mask.sum()
+    return loss, a.view(-1).detach(), _weight_health(w, mask, can_mask=False)
+
+
+def _check_skyrl(hp, name):
+    _require_numbers(hp, ("skyrl_geo_low", "skyrl_geo_high", "skyrl_kl_coef"), nonnegative=True)
+    if not hp["skyrl_geo_low"] <= 1 <= hp["skyrl_geo_high"]:
+        raise ValueError(f"need skyrl_geo_low <= 1 <= skyrl_geo_high (bounds on a geometric-mean ratio), "
+                         f"got {hp['skyrl_geo_low']}, {hp['skyrl_geo_high']}")
+
+
+def k3_to_reference(logp, ref_logp):
+    """SkyRL's and NeMo-RL's k3 = exp(R - l) - 1 - (R - l), R - l clamped to [-20, 20] (their
+    input clamp; each clamps the value to [-10, 10] after it, NeMo-RL after a weight)."""
+    log_ratio = (ref_logp - logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    return torch.exp(log_ratio) - 1 - log_ratio
+
+
+@register("skyrl_geo", label="SkyRL (geometric mask 0.99-1.01, KL 1e-3)",
+          hparams={**PPO_CLIP, "skyrl_geo_low": 0.99, "skyrl_geo_high": 1.01, "skyrl_kl_coef": 1e-3},
+          checks=(_check_ppo_clip, _check_skyrl), needs_ref=True,
+          batch_stats=_batch_length_stats, stats_read_logp=False)
+def skyrl_geo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""SkyRL's default loss with the sequence mask its docs recommend for off-policy data
+    (NovaSky-AI/SkyRL skyrl/backends/skyrl_train/utils/ppo_utils.py ``ppo_policy_loss``,
+    off_policy_correction_utils.py ``compute_off_policy_correction``, ``sequence_mask_metric:
+    geometric``; its default ``use_kl_loss: true``, k3, 1e-3): PPO's clip against pi_old, the
+    learner at one step per batch (ratio 1: the clip never acts), on the responses whose geometric
+    mean of learner / sampler lies in [skyrl_geo_low, skyrl_geo_high], plus the k3 to the reference
+    as a sequence-mean,
+        keep_i = skyrl_geo_low <= exp(clamp(mean_t ell_{i,t}, -20, 20)) <= skyrl_geo_high,
+        loss = -(1/n) sum_{i,t} mask keep_i A_i + skyrl_kl_coef (1/B) sum_i mean_t k3_to_reference,
+        dL/dl_{i,t} = -A_i keep_i / n + skyrl_kl_coef (1 - exp(R - l)) / (B |y_i|) (0 where a clamp acts),
+    n all response tokens (the rejected ones too), the sequence-mean written with the batch's n/B
+    (``gspo_len_mean``). Metrics is_masked_frac (tokens of rejected responses), skyrl_kl (the k3)."""
+    A = _grpo_advantages(rewards, group_size)[:, None]
+    lengths = mask.sum(1, keepdim=True).clamp(min=1)
+    mean_ell = ((logp.detach() - behavior_logp) * mask).sum(1, keepdim=True) / lengths
+    geo = torch.exp(mean_ell.float().clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)).to(mean_ell.dtype)  # SkyRL's float32
+    keep = ((geo >= hp["skyrl_geo_low"]) & (geo <= hp["skyrl_geo_high"])).to(mask.dtype)
+    tok, _ = _clipped_surrogate(logp, logp.detach(), A, hp["clip_low"], hp["clip_high"])
+    kl = k3_to_reference(logp, ref_logp).clamp(-KL_VALUE_BOUND, KL_VALUE_BOUND)
+    n = mask.sum()
+    kl_seq_mean = (kl * mask / lengths).sum() * hp["gspo_len_mean"] / n
+    loss = (tok * keep * mask).sum() / n + hp["skyrl_kl_coef"] * kl_seq_mean
+    return loss, A.view(-1).detach(), {"is_masked_frac": ((1 - keep) * mask).sum() / n,
+                                       "skyrl_kl": kl_seq_mean.detach()}
+
+
+def nemorl_advantages(rewards, m):
+    """NeMo-RL's GRPO advantage (nemo_rl/algorithms/utils.py ``calculate_baseline_and_std_per_prompt``,
+    ``use_leave_one_out_baseline`` and ``normalize_rewards`` true): b_i the mean of the group's other
+    rewards, s_i their unbiased std (0 where undefined), A_i = (r_i - b_i) / (s_i + 1e-6) where s_i > 0,
+    r_i - b_i where s_i = 0."""
+    g = rewards.view(-1, m)
+    others = m - 1
+    b = (g.sum(1, keepdim=True) - g) / others
+    sq = ((g ** 2).sum(1, keepdim=True) - g ** 2) / others
+    s = ((sq - b ** 2) * (others / (others - 1))).sqrt().nan_to_num(0) if others > 1 else torch.zeros_like(g)
+    A = g - b
+    return torch.where(s > 0, A / (s + ADV_EPS), A).view(-1)
+
+
+@register("nemorl", label="NeMo-RL async default (token IS, KL 0.01)", hparams={**PPO_CLIP, "nemorl_kl_coef": 0.01},
+          checks=(_check_ppo_clip, _nonnegative("nemorl_kl_coef")), needs_ref=True)
+def nemorl(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""NeMo-RL's asynchronous GRPO default (NVIDIA-NeMo/RL nemo_rl/algorithms/loss/loss_functions.py
+    ``ClippedPGLossFn``; ``use_importance_sampling_correction: true``, which its async entry point
+    requires, untruncated; examples/configs/grpo_math_1B.yaml's k3 KL 0.01 and advantage): PPO's clip
+    against prev, the learner at one step per batch (ratio 1: the clip never acts), each token
+    weighted by prev / sampler, plus the k3 to the reference with a score-function weight,
+        w = exp(sg(l) - b) (0 where it overflows),  A_i = nemorl_advantages,
+        loss = (1/n) sum_{i,t} mask [-w A_i exp(l - sg(l)) + nemorl_kl_coef exp(l - sg(l)) k3_to_reference],
+        dL/dl_{i,t} = (-w A_i + nemorl_kl_coef (l - R)) / n (the KL part 0 where a clamp acts).
+    (NeMo-RL divides by n + 1e-8; here n >= 1, unguarded.) Metrics is_weight_mean / is_ess, nemorl_kl."""
+    A = nemorl_advantages(rewards, group_size)[:, None]
+    w = torch.exp(logp.detach() - behavior_logp).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+    tok, _ = _clipped_surrogate(logp, logp.detach(), A, hp["clip_low"], hp["clip_high"])
+    score = torch.exp(logp - logp.detach())
+    log_ratio = ref_logp - logp
+    inside = log_ratio.abs() <= LOG_RATIO_BOUND  # the input clamp detaches the score weight
+    kl = (k3_to_reference(logp, ref_logp) * torch.where(inside, score, score.detach())).clamp(
+        -KL_VALUE_BOUND, KL_VALUE_BOUND)
+    n = mask.sum()
+    kl_mean = (kl * mask).sum() / n
+    loss = (w * tok * mask).sum() / n + hp["nemorl_kl_coef"] * kl_mean
+    return loss, A.view(-1).detach(), {**_weight_health(w, mask, can_mask=False), "nemorl_kl": kl_mean.detach()}
+
+
+def _token_count_stats(logp, behavior_logp, mask, hp):
+    """n of the whole batch (a sum over tokens written as a token-mean)."""
+    return {"batch_tokens": float(mask.sum())}
+
+
+@register("tinker", label="Tinker default (importance_sampling)", batch_stats=_token_count_stats,
+          stats_read_logp=False)
+def tinker(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""The Tinker cookbook's default (thinking-machines-lab/tinker-cookbook, ``loss_fn:
+    importance_sampling``, the loss the Tinker docs define; its server code is not public): the
+    ratio to the sampler times the group-mean advantage, summed over the batch's tokens, no clip,
+        a_i = r_i - mean_group r,   loss = -sum_{i,t} mask exp(l - b) a_i,   dL/dl_{i,t} = -rho a_i,
+    written with the batch's n (``batch_tokens``). Against the sampler: one step per batch changes
+    nothing. Metrics is_weight_mean / is_ess."""
+    a = _mean_baseline(rewards, group_size)[:, None]
+    rho = torch.exp(logp - behavior_logp)
+    loss = -(rho * a * mask).sum() * hp["batch_tokens"] / mask.sum()
+    return loss, a.view(-1).detach(), _weight_health(rho.detach(), mask, can_mask=False)
+
+
+@register("delightful", label="Delightful PG", hparams={"dg_eta": 1.0, "dg_lambda": 0.0},
+          checks=(_nonnegative("dg_eta"), lambda hp, name: _require_numbers(hp, ("dg_lambda",))))
+def delightful(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
+    r"""Delightful Policy Gradient (Osband, arXiv 2603.14608 and 2603.20521; google-deepmind/egg
+    egg/losses/dg.py ``DelightSigmoidLoss``): REINFORCE with the group-mean baseline, each token's
+    term gated by a sigmoid of its delight, advantage times the learner's surprisal; no ratio,
+        a_i = r_i - mean_group r,   w_{i,t} = sigmoid((a_i (-sg(l_{i,t})) - dg_lambda) / dg_eta)
+        (dg_eta = 0: 1[a_i (-l) > dg_lambda]),
+        loss = -(1/n) sum_{i,t} mask w a_i l,   dL/dl_{i,t} = -a_i w_{i,t} / n.
+    (egg guards its baseline's count with +1e-9 and n with +1e-8; here both are >= 1 and unguarded.)
+    The sampler's log-probs do not enter: the lag acts only through which tokens were sampled.
+    Metrics is_weight_mean / is_ess of the gate."""
+    A = _mean_baseline(rewards, group_size)[:, None]
+    delight = A * -logp.detach()
+    if hp["dg_eta"] == 0:
+        w = (delight > hp["dg_lambda"]).to(mask.dtype)
+    else:
+        w = torch.sigmoid((delight - hp["dg_lambda"]) / hp["dg_eta"])
+    loss = -(w * A * logp * mask).sum() / mask.sum()
+    return loss, A.view(-1).detach(), _weight_health(w, mask, can_mask=False)
 
 
 def k3(logp, behavior_logp, mask):
@@ -1292,9 +1536,10 @@ def _clean_inputs(logp, behavior_logp, ref_logp, mask):
 
 def batch_stats(name, *, logp, behavior_logp, mask, rewards=None, group_size=None, **hparams):
     """The statistics of the whole rollout batch that objective ``name`` reads ({} for most), as
-    floats: ``m2_cutoff`` (m2po), ``gspo_len_mean`` (gspo, gmpo, gepo, oapl, flash_reinforce),
+    floats: ``m2_cutoff`` (m2po), ``gspo_len_mean`` (grpo, gspo, gmpo, gepo, oapl, flash_reinforce, pipelinerl, skyrl_geo),
     ``snis_weight_mean`` (snis), ``bapo_low`` / ``bapo_high`` / ``bapo_balance`` (bapo),
-    ``flash_reward_mean`` (flash_reinforce). Computed once from the whole batch (no
+    ``flash_reward_mean`` (flash_reinforce), ``primerl_member_frac`` (primerl, primerl_ipo),
+    ``batch_tokens`` (tinker). Computed once from the whole batch (no
     gradient) and passed to every micro-batch's compute_loss, they make the micro-batches give the
     update of one full batch. logp, behavior_logp may be None where ``stats_read_logp`` is False;
     rewards [B] and group_size are needed where ``stats_read_rewards`` is True."""

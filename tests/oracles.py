@@ -87,14 +87,23 @@ def batch_four_spreads(seed, B=32, T=6, m=4, max_logp=None):
 
 # ----------------------------------------------------------------------------- by hand
 
-def advantages(r, m):
-    """A_i = (r_i - mean) / (unbiased std + 1e-6) per group, by hand."""
+def advantages(r, m, std="unbiased", eps=1e-6):
+    """A_i = (r_i - mean) / (std + eps) per group, std unbiased (or population), by hand."""
     out = []
     for i in range(0, len(r), m):
         g = [float(x) for x in r[i:i + m]]
         mu = sum(g) / m
-        sd = math.sqrt(sum((x - mu) ** 2 for x in g) / (m - 1))
-        out += [(x - mu) / (sd + 1e-6) for x in g]
+        sd = math.sqrt(sum((x - mu) ** 2 for x in g) / (m - (std == "unbiased")))
+        out += [(x - mu) / (sd + eps) for x in g]
+    return out
+
+
+def loo_baseline(r, m):
+    """r_i - the mean of the other rewards of its group, by hand."""
+    out = []
+    for i in range(0, len(r), m):
+        g = [float(x) for x in r[i:i + m]]
+        out += [x - (sum(g) - x) / (m - 1) for x in g]
     return out
 
 
@@ -248,15 +257,18 @@ def expected_grad(name, batch, **over):
 
 @oracle("grpo", batch_with_old_and_ref, spread=1.2)
 def _grpo(x, hp, g):
-    """proximal anchor: -A_i / n; behavior anchor: -rho A_i / n, 0 where PPO's clip acts."""
+    """proximal anchor: -A_i / n; behavior anchor: -rho A_i / n, 0 where PPO's clip acts;
+    A_i with adv_std and adv_eps; grpo_agg seq_mean: / (B |y_i|) in place of / n."""
     dropped = 0
+    A = advantages(x.r, x.m, hp["adv_std"], hp["adv_eps"])
     for i, j, t, e in x.tokens():
+        norm = x.B * x.len[i] if hp["grpo_agg"] == "seq_mean" else x.n
         if hp["grpo_anchor"] == "proximal":
-            g[i, t] = -x.A[i] / x.n
+            g[i, t] = -A[i] / norm
         else:
-            clip = ppo_clipped(x.A[i], math.exp(e), hp)
+            clip = ppo_clipped(A[i], math.exp(e), hp)
             dropped += clip
-            g[i, t] = 0.0 if clip else -math.exp(e) * x.A[i] / x.n
+            g[i, t] = 0.0 if clip else -math.exp(e) * A[i] / norm
     metrics = {"clip_frac": dropped / x.n} if hp["grpo_anchor"] == "behavior" else {}
     return Expected(g, dropped=dropped, metrics=metrics)
 
@@ -355,12 +367,13 @@ def _grpo_tis_seq(x, hp, g):
 
 @oracle("grpo_mis_seq", batch_one_spread)
 def _grpo_mis_seq(x, hp, g):
-    """S_i = exp(sum_t ell): -S_i 1[S_i <= mis_seq_cap] A_i / n."""
+    """S_i = exp(sum_t ell): -S_i 1[S_i <= mis_seq_cap] A_i / n, A_i with adv_std and adv_eps."""
     dropped = 0
+    A = advantages(x.r, x.m, hp["adv_std"], hp["adv_eps"])
     for i, j, t, e in x.tokens():
         S = math.exp(sum(x.ell[i]))
         dropped += S > hp["mis_seq_cap"]
-        g[i, t] = -S * (S <= hp["mis_seq_cap"]) * x.A[i] / x.n
+        g[i, t] = -S * (S <= hp["mis_seq_cap"]) * A[i] / x.n
     return Expected(g, dropped=dropped)
 
 
@@ -719,6 +732,113 @@ def _flash_reinforce(x, hp, g):
     return Expected(g, dropped=dropped, metrics={"is_masked_frac": dropped / x.n})
 
 
+# --- the frameworks' defaults and Delightful PG
+
+def _primerl_masked(out_of_region):
+    def fn(x, hp, g):
+        """a_i = r_i - group mean; tokens with a_i != 0 count (n_M of them): (-a_i rho (not out) +
+        2 primerl_kl_tau ell) / n_M, out = out_of_region(a_i, exp(l) - exp(b), hp)."""
+        a = mean_baseline(x.r, x.m)
+        n_m = max(sum(x.len[i] for i in range(x.B) if a[i] != 0), 1)
+        dropped = 0
+        for i, j, t, e in x.tokens():
+            if a[i] == 0:
+                continue
+            out = out_of_region(a[i], math.exp(x.l[i][j]) - math.exp(x.b[i][j]), hp)
+            dropped += out
+            g[i, t] = (-a[i] * math.exp(e) * (not out) + 2 * hp["primerl_kl_tau"] * e) / n_m
+        return Expected(g, dropped=dropped, metrics={"primerl_member_frac": n_m / x.n,
+                                                     "is_masked_frac": (x.n - n_m + dropped) / x.n})
+    return fn
+
+
+oracle("primerl", batch_four_spreads, **LOG_PROBS)(_primerl_masked(
+    lambda a, d, hp: d > hp["primerl_mask_high"] if a > 0 else d < -hp["primerl_mask_low"]))
+oracle("primerl_ipo", batch_four_spreads, **LOG_PROBS)(_primerl_masked(
+    lambda a, d, hp: abs(d) > hp["ipo_threshold"]))
+
+
+@oracle("pipelinerl", batch_four_spreads)
+def _pipelinerl(x, hp, g):
+    """a_i = r_i - mean of the group's other rewards: -a_i min(rho, 1 + pipelinerl_eps_high) / B."""
+    a = loo_baseline(x.r, x.m)
+    capped = 0
+    for i, j, t, e in x.tokens():
+        cap = 1 + hp["pipelinerl_eps_high"]
+        capped += math.exp(e) > cap
+        g[i, t] = -a[i] * min(math.exp(e), cap) / x.B
+    return Expected(g, capped=capped)
+
+
+@oracle("skyrl_geo", batch_with_old_and_ref, spread=0.03)
+def _skyrl_geo(x, hp, g):
+    """keep_i = skyrl_geo_low <= exp(mean_t ell) <= skyrl_geo_high: -A_i keep_i / n, plus
+    skyrl_kl_coef (1 - exp(R - l)) / (B |y_i|) on every token (0 where |R - l| > 20 or k3 > 10)."""
+    dropped = 0
+    for i, j, t, e in x.tokens():
+        geo = math.exp(sum(x.ell[i]) / x.len[i])
+        keep = hp["skyrl_geo_low"] <= geo <= hp["skyrl_geo_high"]
+        dropped += not keep
+        d = x.ref[i][j] - x.l[i][j]
+        k3 = math.exp(d) - 1 - d
+        kl = (1 - math.exp(d)) / (x.B * x.len[i]) if abs(d) <= 20 and abs(k3) <= 10 else 0.0
+        g[i, t] = -x.A[i] * keep / x.n + hp["skyrl_kl_coef"] * kl
+    return Expected(g, dropped=dropped, metrics={"is_masked_frac": dropped / x.n})
+
+
+def nemorl_advantage(r, m):
+    """NeMo-RL's: a_i = r_i - b_i, b_i the mean of the group's other rewards, divided by s_i + 1e-6
+    where s_i, the unbiased std of those others, is > 0."""
+    out = []
+    for i in range(0, len(r), m):
+        group = [float(v) for v in r[i:i + m]]
+        for k, v in enumerate(group):
+            others = group[:k] + group[k + 1:]
+            b = sum(others) / len(others)
+            s = math.sqrt(sum((o - b) ** 2 for o in others) / (len(others) - 1)) if len(others) > 1 else 0.0
+            out.append((v - b) / (s + 1e-6) if s > 0 else v - b)
+    return out
+
+
+@oracle("nemorl", batch_with_old_and_ref, spread=1.2)
+def _nemorl(x, hp, g):
+    """(-A_i rho + nemorl_kl_coef (l - R)) / n, A_i NeMo-RL's (nemorl_advantage), the KL part 0
+    where |R - l| > 20 or its k3 > 10."""
+    A = nemorl_advantage(x.r, x.m)
+    for i, j, t, e in x.tokens():
+        d = x.ref[i][j] - x.l[i][j]
+        k3 = math.exp(d) - 1 - d
+        kl = -d if abs(d) <= 20 and abs(k3) <= 10 else 0.0
+        g[i, t] = (-A[i] * math.exp(e) + hp["nemorl_kl_coef"] * kl) / x.n
+    return Expected(g)
+
+
+@oracle("tinker", batch_four_spreads)
+def _tinker(x, hp, g):
+    """a_i = r_i - group mean: -rho a_i (a sum, no 1/n)."""
+    a = mean_baseline(x.r, x.m)
+    for i, j, t, e in x.tokens():
+        g[i, t] = -math.exp(e) * a[i]
+    return Expected(g)
+
+
+@oracle("delightful", batch_four_spreads)
+def _delightful(x, hp, g):
+    """a_i = r_i - group mean, w = sigmoid((a_i (-l) - dg_lambda) / dg_eta) (dg_eta 0: 1[a_i (-l) >
+    dg_lambda]): -a_i w / n."""
+    a = mean_baseline(x.r, x.m)
+    dropped = 0
+    for i, j, t, e in x.tokens():
+        delight = a[i] * -x.l[i][j]
+        if hp["dg_eta"] == 0:
+            w = float(delight > hp["dg_lambda"])
+            dropped += w == 0
+        else:
+            w = 1 / (1 + math.exp(-(delight - hp["dg_lambda"]) / hp["dg_eta"]))
+        g[i, t] = -a[i] * w / x.n
+    return Expected(g, dropped=dropped)
+
+
 # ----------------------------------------------------------------------------- metrics
 
 # which of clip_frac, is_weight_mean, is_masked_frac each objective logs, by (name, *settings)
@@ -741,4 +861,78 @@ METRICS_LOGGED = {
     ("seq_outlier_rs",): {"clip_frac", "is_masked_frac"},
     ("dppo_kl",): {"is_weight_mean", "is_masked_frac"}, ("rec_oneside",): {"clip_frac"},
     ("rec_ring",): {"clip_frac"}, ("asymre",): set(), ("bapo",): {"clip_frac"}, ("oapl",): set(),
-    ("flash_reinforce",): {"is_weight_mean", "is_masked_frac"}}
+    ("flash_reinforce",): {"is_weight_mean", "is_masked_frac"},
+    ("primerl",): {"is_weight_mean", "is_masked_frac"}, ("primerl_ipo",): {"is_weight_mean", "is_masked_frac"},
+    ("pipelinerl",): {"is_weight_mean"}, ("skyrl_geo",): {"is_masked_frac"}, ("nemorl",): {"is_weight_mean"},
+    ("tinker",): {"is_weight_mean"}, ("delightful",): {"is_weight_mean"}}
+
+
+# ----------------------------------------------------------------------------- what the registry-wide tests read
+# Each objective's facts for tests/test_objectives.py: a new objective adds its lines here.
+
+FORMULA_SETTINGS = {  # each objective is checked at its defaults and, where listed, at these
+    "grpo": [{}, {"grpo_anchor": "behavior"}, {"grpo_agg": "seq_mean"},
+             {"grpo_anchor": "behavior", "adv_std": "population", "adv_eps": 1e-8}],
+    "agro": [{}, {"beta": 0.5}],
+    "ggpo": [{}, {"ggpo_variant": "original"}],
+    "cispo": [{}, {"cispo_eps_low": 0.5, "cispo_eps_high": 1.0}],
+    "topr": [{}, {"topr_positive_weight": 0.7, "topr_negative_weight": 1.3}],
+    "ds_v32": [{"ds_kl_beta": 0.5}],  # the K3 term large enough to matter
+    "k3_rs": [{}, {"k3_rs_threshold": 0.6}],  # looser: PPO's clip and the dual clip act on kept tokens
+    "a3po": [{}, {"a3po_alpha": 0.0}, {"a3po_alpha": 31 / 32}],
+    "dppo_tv": [{}, {"dppo_delta": 0.05, "dppo_rho_cap": 1.5}],
+    "trm": [{}, {"trm_divergence": "k3", "trm_delta": 1.0}],
+    "seq_outlier_rs": [{}, {"outlier_low": 0.5, "outlier_high": 2.0}],  # the defaults drop no response here
+    "rec_ring": [{}, {"rec_ring_low": 0.3, "rec_ring_high": 0.5}],
+    "bapo": [{}, {"bapo_rho0": 0.5}, {"bapo_rho0": 3.0}],
+    "grpo_mis_seq": [{}, {"adv_eps": 1e-4}, {"adv_std": "population", "adv_eps": 1e-8}],
+    "primerl": [{}, {"primerl_kl_tau": 0.5}],  # the squared term large enough to matter
+    "primerl_ipo": [{}, {"ipo_threshold": 0.05}],
+    "skyrl_geo": [{}, {"skyrl_kl_coef": 0.5}, {"skyrl_kl_coef": 0.0, "skyrl_geo_low": 0.995, "skyrl_geo_high": 1.02}],
+    "nemorl": [{}, {"nemorl_kl_coef": 0.5}],
+    "delightful": [{}, {"dg_eta": 0.2, "dg_lambda": 0.1}, {"dg_eta": 0.0}],
+}
+# the objectives whose thresholds sit in the batch's tail: fewer than half the tokens zeroed
+MOSTLY_KEPT = {"trm", "seq_outlier_rs", "dppo_kl", "rec_oneside", "rec_ring", "bapo"}
+
+
+def zeroes_or_caps(name, hp):
+    """Whether the objective, under settings hp, has a hard mask, clip or cap (False: a smooth
+    weight, or none)."""
+    if name == "grpo":
+        return hp.get("grpo_anchor") == "behavior"  # the proximal ratio is 1: its clip never acts
+    if name == "ggpo":
+        return hp.get("ggpo_variant", "detached") == "detached"  # the original has no token clip
+    if name == "delightful":
+        return hp.get("dg_eta", 1.0) == 0  # a hard gate at dg_eta 0, a sigmoid else
+    return name not in ("agro", "sapo", "kimi", "vespo", "asymre", "oapl", "nemorl", "tinker")
+
+
+
+# where a zeroed weight still trains: the share of zeroed tokens is not what the zeroing metrics add
+# up to (cispo's clip_frac counts capped weights; ds_v32's K3 term, primerl's squared term and
+# skyrl_geo's K3 term train the tokens the mask drops)
+ZEROED_STILL_TRAIN = {"cispo", "ds_v32", "primerl", "primerl_ipo", "skyrl_geo"}
+# the objectives a reference model is kept for (losses' needs_ref)
+NEEDS_REF = {"agro", "ggpo", "ds_v32", "skyrl_geo", "nemorl"}
+# not GRPO at logp == behavior_logp, checked against their formula there: name -> what they are
+NOT_GRPO_ON_POLICY_FORMULA = {
+    "primerl": "the group-mean advantage (no 1/std) over the tokens with a nonzero one",
+    "primerl_ipo": "as primerl",
+    "pipelinerl": "the leave-one-out advantage (no 1/std), divided by B",
+    "nemorl": "NeMo-RL's leave-one-out advantage divided by the others' std",
+    "tinker": "the group-mean advantage (no 1/std), summed (no 1/n)",
+    "delightful": "the group-mean advantage (no 1/std) times a sigmoid gate",
+}
+STATS_KEYS = {"gspo": {"gspo_len_mean"}, "gmpo": {"gspo_len_mean"}, "gepo": {"gspo_len_mean"},
+              "m2po": {"m2_cutoff"}, "snis": {"snis_weight_mean"},
+              "bapo": {"bapo_low", "bapo_high", "bapo_balance"}, "oapl": {"gspo_len_mean"},
+              "flash_reinforce": {"gspo_len_mean", "flash_reward_mean"}, "grpo": {"gspo_len_mean"},
+              "primerl": {"primerl_member_frac"}, "primerl_ipo": {"primerl_member_frac"},
+              "pipelinerl": {"gspo_len_mean"}, "skyrl_geo": {"gspo_len_mean"}, "tinker": {"batch_tokens"}}
+# on these batches each micro-batch's own statistics happen to give the full batch's update: there,
+# only the sum is checked (bapo's searched bounds and m2po's cutoff land where the whole batch's do;
+# grpo reads its statistic only at grpo_agg seq_mean; every group of primerl's batch is mixed, so
+# each micro-batch's share of tokens with a nonzero advantage is the whole batch's, 1)
+OWN_STATS_SAME_UPDATE = {("bapo", None), ("m2po", batch_with_old_and_ref), ("grpo", None),
+                         ("primerl", None), ("primerl_ipo", None)}

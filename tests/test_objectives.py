@@ -13,9 +13,11 @@ import pytest
 import torch
 
 import losses
-from oracles import (D, EXPECTED, METRICS_LOGGED, NO_FORMULA_ORACLE, advantages, batch_four_spreads,
-                     batch_one_spread, batch_with_old_and_ref, expected_grad, grad_of, grad_of_batch,
-                     loss_inputs, mean_baseline)
+from oracles import (D, EXPECTED, FORMULA_SETTINGS, METRICS_LOGGED, MOSTLY_KEPT, NEEDS_REF,
+                     NO_FORMULA_ORACLE, NOT_GRPO_ON_POLICY_FORMULA, OWN_STATS_SAME_UPDATE, STATS_KEYS,
+                     ZEROED_STILL_TRAIN,
+                     advantages, batch_four_spreads, batch_one_spread, batch_with_old_and_ref,
+                     expected_grad, grad_of, grad_of_batch, loss_inputs, mean_baseline, zeroes_or_caps)
 
 
 def settings_id(hp):
@@ -34,36 +36,9 @@ def test_every_objective_has_a_formula_oracle_or_a_reason(name):
 
 # ----------------------------------------------------------------------------- gradient = formula
 
-FORMULA_SETTINGS = {  # each objective is checked at its defaults and, where listed, at these
-    "grpo": [{}, {"grpo_anchor": "behavior"}],
-    "agro": [{}, {"beta": 0.5}],
-    "ggpo": [{}, {"ggpo_variant": "original"}],
-    "cispo": [{}, {"cispo_eps_low": 0.5, "cispo_eps_high": 1.0}],
-    "topr": [{}, {"topr_positive_weight": 0.7, "topr_negative_weight": 1.3}],
-    "ds_v32": [{"ds_kl_beta": 0.5}],  # the K3 term large enough to matter
-    "k3_rs": [{}, {"k3_rs_threshold": 0.6}],  # looser: PPO's clip and the dual clip act on kept tokens
-    "a3po": [{}, {"a3po_alpha": 0.0}, {"a3po_alpha": 31 / 32}],
-    "dppo_tv": [{}, {"dppo_delta": 0.05, "dppo_rho_cap": 1.5}],
-    "trm": [{}, {"trm_divergence": "k3", "trm_delta": 1.0}],
-    "seq_outlier_rs": [{}, {"outlier_low": 0.5, "outlier_high": 2.0}],  # the defaults drop no response here
-    "rec_ring": [{}, {"rec_ring_low": 0.3, "rec_ring_high": 0.5}],
-    "bapo": [{}, {"bapo_rho0": 0.5}, {"bapo_rho0": 3.0}],
-}
 FORMULA_CASES = [pytest.param(name, hp, id="-".join(filter(None, (name, settings_id(hp)))))
                  for name in losses.LOSSES if name not in NO_FORMULA_ORACLE
                  for hp in FORMULA_SETTINGS.get(name, [{}])]
-# the objectives whose thresholds sit in the batch's tail: fewer than half the tokens zeroed
-MOSTLY_KEPT = {"trm", "seq_outlier_rs", "dppo_kl", "rec_oneside", "rec_ring", "bapo"}
-
-
-def zeroes_or_caps(name, hp):
-    """Whether the objective, under settings hp, has a hard mask, clip or cap (False: a smooth
-    weight, or none)."""
-    if name == "grpo":
-        return hp.get("grpo_anchor") == "behavior"  # the proximal ratio is 1: its clip never acts
-    if name == "ggpo":
-        return hp.get("ggpo_variant", "detached") == "detached"  # the original has no token clip
-    return name not in ("agro", "sapo", "kimi", "vespo", "asymre", "oapl")
 
 
 @pytest.mark.parametrize("name,hp", FORMULA_CASES)
@@ -91,7 +66,7 @@ def test_gradient_matches_its_formula_with_masks_that_trigger(name, hp):
         assert acted < n / 2, acted
     # where it logs them, the zeroing metrics add up to the share of zeroed tokens (cispo's
     # clip_frac counts capped weights, ds_v32's K3 term trains the tokens its mask drops)
-    if {"is_masked_frac", "clip_frac"} & set(met) and name not in ("cispo", "ds_v32"):
+    if {"is_masked_frac", "clip_frac"} & set(met) and name not in ZEROED_STILL_TRAIN:
         zeroed = ((got == 0) & (mask == 1)).sum().item() / n
         assert met.get("is_masked_frac", 0) + met.get("clip_frac", 0) == pytest.approx(zeroed)
     if name in ("icepop", "ds_mask", "ds_v32"):  # the mask and PPO's clip both act
@@ -255,6 +230,13 @@ def test_at_logp_equal_behavior_it_is_grpo_or_the_named_exception(name):
     if name in NOT_GRPO_ON_POLICY:
         NOT_GRPO_ON_POLICY[name]()
         return
+    if name in NOT_GRPO_ON_POLICY_FORMULA:  # its formula there, and not GRPO's
+        same = on_policy(home_batch(name, seed=1))
+        got, met = grad_of_batch(name, same)
+        torch.testing.assert_close(got, expected_grad(name, same).grad, atol=1e-14, rtol=1e-12)
+        plain, _ = grad_of_batch("grpo", same)
+        assert (got - plain).abs().max() > 1e-3 * plain.abs().max()
+        return
     batch = home_batch(name, seed=1)
     if name in EQUAL_LENGTHS:
         batch["mask"] = torch.ones_like(batch["mask"])
@@ -273,13 +255,6 @@ def test_at_logp_equal_behavior_it_is_grpo_or_the_named_exception(name):
 # ----------------------------------------------------------------------------- micro-batches
 
 MICRO_SEED = {batch_one_spread: 2, batch_with_old_and_ref: 2, batch_four_spreads: 3}
-STATS_KEYS = {"gspo": {"gspo_len_mean"}, "gmpo": {"gspo_len_mean"}, "gepo": {"gspo_len_mean"},
-              "m2po": {"m2_cutoff"}, "snis": {"snis_weight_mean"},
-              "bapo": {"bapo_low", "bapo_high", "bapo_balance"}, "oapl": {"gspo_len_mean"},
-              "flash_reinforce": {"gspo_len_mean", "flash_reward_mean"}}
-# on these batches each micro-batch's own statistics happen to give the full batch's update
-# (bapo's searched bounds and m2po's cutoff land where the whole batch's do): there, only the sum
-OWN_STATS_SAME_UPDATE = {("bapo", None), ("m2po", batch_with_old_and_ref)}
 MICRO_CASES = [pytest.param(name, None, id=name) for name in losses.LOSSES] + [
     pytest.param("m2po", batch_with_old_and_ref, id="m2po-batch_with_old_and_ref")]
 
@@ -455,13 +430,27 @@ def test_padding_may_hold_garbage_and_registry():
                                         old_logp=blogp, a3po_alpha=0.5, response_grad_sq=torch.tensor([1, 1], dtype=D))
         g, = torch.autograd.grad(loss, logp)
         assert torch.isfinite(g).all() and (g[:, 1] == 0).all() and math.isfinite(met["loss"])
-    assert {name: o.needs_ref for name, o in losses.LOSSES.items()} == \
-        {"grpo": False, "grpo_tis": False, "agro": True, "ggpo": True, "grpo_mis": False,
-         "icepop": False, "icepop_primerl": False, "grpo_tis_seq": False, "grpo_mis_seq": False,
-         "gspo": False, "m2po": False, "ds_mask": False, "ds_v32": True, "cispo": False, "sapo": False,
-         "gmpo": False, "topr": False, "kimi": False, "vespo": False, "gepo": False, "a3po": False,
-         "dppo_tv": False, "geo_rs": False, "k3_rs": False, "snis": False, "vcpo": False,
-         "trm": False, "seq_outlier_rs": False, "dppo_kl": False, "rec_oneside": False,
-         "rec_ring": False, "asymre": False, "bapo": False, "oapl": False,
-         "flash_reinforce": False}
+    assert {name for name, o in losses.LOSSES.items() if o.needs_ref} == NEEDS_REF
     assert losses.objective("ggpo").needs_ref and not losses.objective("grpo").needs_ref
+
+
+def test_primerl_counts_only_the_tokens_with_a_nonzero_advantage():
+    """A group whose rewards are all equal has advantage 0: prime-rl filters its tokens out of
+    the loss and out of the count n_M (its squared term included), so the other tokens' gradient
+    is divided by n_M, not n; micro-batches with the whole batch's statistic add up to it, with
+    their own they do not (the uniform group sits in one of them)."""
+    batch = batch_four_spreads(seed=3, max_logp=-0.01)
+    batch["r"][:4] = 1.0  # group 0 uniform
+    got, met = grad_of_batch("primerl", batch)
+    want = expected_grad("primerl", batch)
+    torch.testing.assert_close(got, want.grad, atol=1e-12, rtol=1e-9)
+    mask = batch["mask"]
+    assert (got[:4] == 0).all() and met["primerl_member_frac"] == pytest.approx(1 - float(mask[:4].sum() / mask.sum()))
+    stats = losses.batch_stats("primerl", logp=None, behavior_logp=None, mask=mask, rewards=batch["r"], group_size=4)
+    for given, same in ((stats, True), (None, False)):
+        x = batch["logp"].clone().requires_grad_(True)
+        for rows in (slice(0, 8), slice(8, None)):
+            loss, _ = losses.compute_loss("primerl", logp=x[rows], batch_stats=given,
+                                          **loss_inputs("primerl", batch, rows))
+            (loss * mask[rows].sum() / mask.sum()).backward()
+        assert torch.allclose(x.grad, got, atol=1e-14, rtol=1e-12) == same
