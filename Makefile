@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds leaderboard-lr direction processors tables test setup clean
+.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds leaderboard-frameworks leaderboard-lr direction processors tables test setup clean
 
 setup: .venv/ready
 
@@ -93,6 +93,14 @@ leaderboard-seeds: .venv/ready
 	$(PY) sweep.py configs/sweep_leaderboard_v3_rows_toy.yaml --jobs auto
 	$(MAKE) tables
 
+# The frameworks' defaults on the ladder (docs/frameworks.yaml: which trainer runs which row):
+# their objectives and the existing ones at a framework's settings, N in {0, 8, 32, 128}, seeds 0-9,
+# in blocks, kept in results/leaderboard_toy (skipped once there), then `make tables` (the
+# leaderboard and the lag map, figures/lag_map_toy.md).
+leaderboard-frameworks: .venv/ready
+	$(PY) sweep.py configs/sweep_leaderboard_frameworks_toy.yaml --jobs auto
+	$(MAKE) tables
+
 # The leaderboard at a second step size (lr 5e-5): the study's four, PPO against the sampler, the
 # top tier, the anchors' methods and two rows that collapse at 2e-4, N in {0, 8, 32, 128}, seeds
 # 0-2, kept in results/leaderboard_toy_lr5e-5 (skipped once there: it grows across machines), then
@@ -127,7 +135,8 @@ processors: .venv/ready
 # against the leaderboard). The same bytes on the same library versions: on a fresh clone, git
 # status stays clean.
 tables: .venv/ready
-	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v3_toy.png
+	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v3_toy.png \
+		--frameworks docs/frameworks.yaml --lag-map figures/lag_map_toy.md
 	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py leaderboard results/leaderboard_toy_lr5e-5 --out figures/leaderboard_lr5e-5_toy.png
 	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py drift results/leaderboard_toy,results/drift_toy_n2 --against results/leaderboard_toy_lr5e-5 --out figures/drift_toy.png
 	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) plot.py leaderboard results/leaderboard_toy_lr1.25e-5 --out figures/leaderboard_lr1.25e-5_toy.png

@@ -506,7 +506,13 @@ def fig10(root: str, out: str, window: int = 20, **_) -> None:
 
 
 # Named rows: a row's key -> its label, where an objective at those settings has a name of its own.
-NAMED_ROWS = {"grpo_grpo_anchor-behavior": "PPO vs sampler (GRPO, behavior anchor)"}
+NAMED_ROWS = {"grpo_grpo_anchor-behavior": "PPO vs sampler (GRPO, behavior anchor)",
+              # frameworks' defaults that are an objective at other settings (docs/frameworks.yaml)
+              "grpo_adv_eps-1e-08_adv_std-population_grpo_anchor-behavior": "TRL AsyncGRPO default (PPO vs sampler)",
+              "grpo_grpo_agg-seq_mean": "slime / ROLL default (GRPO, sequence-mean)",
+              "grpo_mis_seq_adv_eps-0.0001": "TRL GRPOTrainer + vLLM default (seq-MIS 3)",
+              "k3_rs_k3_rs_threshold-1e+30": "verl fully-async default (PPO vs sampler, dual clip 3)",
+              "cispo_cispo_eps_low-0.5": "OpenRLHF IS correction (clip 0.5-5)"}
 # Config keys that leave the trained weights untouched: runs of one table may differ in them.
 NOT_TRAINING = {"out_dir", "resume", "eval_every", "eval_from", "engine_mismatch_every", "log_to",
                 "wandb", "ckpt_every", "keep_checkpoints", "grade_workers"}
@@ -690,7 +696,10 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
              "(method x N) + rounding path" + (" + seed" if result["seed"].get("fitted") else "")
              + (" + seed x N" if (result["seed"].get("per_n") or {}).get("fitted") else "")
              + " + error, the path" + (" and the seed" if result["seed"].get("fitted") else "")
-             + " fixed with sum-to-zero coding, "
+             + " fixed with sum-to-zero coding"
+             + (" (each seed's block ran on one rounding path: its shift holds the path's, so the path "
+                "has no term of its own)" if result["seed"].get("fitted") and not result["path"]["effects"]
+                and data["path"].nunique() > 1 else "") + ", "
              f"error SD per N: " + ", ".join(f"N = {n}: {s:.2f}" for n, s in sigma.items())
              + f"; {result['n_runs']} runs, {len(fit.params)} parameters, {result['df']:.0f} residual "
              f"degrees of freedom."]
@@ -827,7 +836,42 @@ def leaderboard_data(runs: list) -> pd.DataFrame:
                           "settings": json.dumps(objective_settings(r), sort_keys=True)} for r in runs])
 
 
-def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
+def ladder_n(bound, delays: list):
+    """The smallest stale N of the ladder at or above `bound` (the first stale N for an unbounded
+    or zero lag), None past the ladder's largest."""
+    if bound == 0:
+        return 0 if 0 in delays else None
+    stale = [d for d in delays if d > 0]
+    return next((d for d in stale if d >= (bound or 1)), None)
+
+
+def lag_map_lines(frameworks: list, result: dict, cells: dict, delays: list) -> list:
+    """The lag map: per framework and row (docs/frameworks.yaml) its staleness knob, the lag a
+    batch has under it, the nearest way to hold it exactly, its row, and the leaderboard at the
+    ladder's N for its lag bound and at four times that N: the row's tier and staleness score
+    (the pooled model's, as the leaderboard table prints them) and its final accuracy per N
+    (mean (min-max) over seeds, as there)."""
+    lines = ["| framework | staleness knob (default) | lag a batch has | held exactly by | row | tier | "
+             "staleness score (95%) | at its lag's N | at 4x that N |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for fw in frameworks:
+        first = ladder_n(fw["bound"], delays)
+        later = ladder_n(4 * first, delays) if first else None  # a lag of 0 has no "four times"
+        for key, what in fw["rows"].items():
+            head = f"| {fw['name']} | {fw['knob']} | {fw['lag']} | {fw['exact']} | {row_label(key)}: {what} | "
+            if key not in cells or not any(cells[key].values()):
+                lines.append(head + "not on the ladder yet | | | |")
+                continue
+            score = result["score"].get(key)
+            cell = lambda d: (f"N={d}: {fmt(list(cells[key][d].values()))}" if d is not None and cells[key].get(d)
+                              else "")
+            lines.append(head + f"{result['tiers'].get(key, '')} | "
+                         f"{pm(score[0] / 100, score[1] / 100) if score else ''} | {cell(first)} | {cell(later)} |")
+    return lines
+
+
+def leaderboard(root: str, out: str, at_delay: int = 32, frameworks: str = None, lag_map: str = None,
+                **_) -> None:
     """Every objective against N, in tiers, from one pooled model of every run's final accuracy
     (stats.fit_leaderboard). Per method: tier letters, the staleness score with its interval, its
     rank interval, its drop from N = 0, its differences to the references with simultaneous
@@ -838,7 +882,8 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
     rounding path and the seed, the design, the seeds comparisons need and the late-evaluation
     measure. The figure (ranking_view): scores with intervals, tiers and each seed's score, and
     every cell's mean; a second figure (<out>_k3.png): every run's final accuracy against its
-    mean K3 between learner and sampler over its updates, one color per N."""
+    mean K3 between learner and sampler over its updates, one color per N. With `frameworks` (a
+    file as docs/frameworks.yaml) and `lag_map` (a path), the lag map too (lag_map_lines)."""
     runs = load_runs(root)
     groups = defaultdict(list)
     for r in runs:
@@ -901,6 +946,22 @@ def leaderboard(root: str, out: str, at_delay: int = 32, **_) -> None:
                                    f"per N ({seeds}); diagnostics over the last 10% of updates",
            lines, runs)
     k3_view(groups, order, os.path.splitext(out)[0] + "_k3.png")
+    if frameworks and lag_map:
+        with open(frameworks) as f:
+            listed = yaml.safe_load(f)["frameworks"]
+        table = lag_map_lines(listed, result, cells, delays)
+        with open(lag_map, "w") as f:
+            f.write(LAG_MAP_HEAD + "\n\n" + "\n".join(table) + "\n")
+        print(f"wrote {lag_map}")
+
+
+LAG_MAP_HEAD = ("# What each trainer's default does at a lag\n\nGenerated by `make tables` from "
+                "docs/frameworks.yaml (each trainer's knob, lag and default objective, read from its "
+                "source: DESIGN.md, \"The frameworks' defaults\") and the leaderboard's runs (the tier, "
+                "score and cells are those of figures/leaderboard_v3_toy.md). No trainer holds the lag "
+                "exactly at N > 0; \"at its lag's N\" is the smallest ladder N at or above the most its "
+                "default allows (N = 0 for none; the first stale N, 8, for an unbounded lag), and the "
+                "next column the ladder N at or above four times that.")
 
 
 def cells_only(cells: dict, order: list, delays: list, out: str, runs: list) -> None:
@@ -1456,10 +1517,13 @@ def main(argv=None) -> None:
     parser.add_argument("--against", help="processors: the folder of the same runs made on another "
                                           "machine (the runs of root are matched to them by name); "
                                           "drift: the folder of the runs at the other step size")
+    parser.add_argument("--frameworks", help="leaderboard: a file as docs/frameworks.yaml, for the lag map")
+    parser.add_argument("--lag-map", help="leaderboard: where to write the lag map (Markdown)")
     args = parser.parse_args(argv)
     args.out = args.out or os.path.join(FIGURES_DIR, f"{args.figure}.png")
     if args.figure == "leaderboard":
-        leaderboard(args.root, args.out, at_delay=32 if args.delay is None else args.delay)
+        leaderboard(args.root, args.out, at_delay=32 if args.delay is None else args.delay,
+                    frameworks=args.frameworks, lag_map=args.lag_map)
         return
     FIGURES[args.figure](args.root, args.out, delay=8 if args.delay is None else args.delay,
                          window=args.window, against=args.against)

@@ -25,9 +25,10 @@ The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage po
   They cost a few dozen of several hundred degrees of freedom, and they adjust a row that has
   only some of the seeds for which seeds it has. The cells stay at each N's average seed. The
   tests are reported: the model with s against the model without it, and with sn against s
-  alone (statsmodels' compare_f_test, same weights). A term that is not estimable apart from the
-  path (a seed's first block alone on a new kind; a seed that lacks an N) is left out, and the
-  table says so.
+  alone (statsmodels' compare_f_test, same weights). Where every seed (s) or every seed and N
+  (sn) ran on one rounding path, the blocks hold the path: k gets no term of its own
+  (path_in_blocks). A term that is not estimable apart from the path (a seed that lacks an N; a
+  seed split across paths yet aliased with them) is left out, and the table says so.
 - sigma[N]: the residual SD per N. A processor or seed change moves a cell by more at larger N
   (the trajectories part earlier and end further apart), and a Levene test across N rejects
   equal variances (printed); sigma[N]^2 = sum of the N's squared residuals / lambda^2 over sum
@@ -131,10 +132,20 @@ def _formula(data: pd.DataFrame, seed: bool = False, block: bool = False) -> str
     """The model's formula; `seed`: with the seed term; `block`: with it and the seed x N columns
     of _with_seed_by_n on top."""
     terms = ["0 + C(cell)"]
-    terms += ["C(path, Sum)"] if data["path"].nunique() > 1 else []
+    terms += ["C(path, Sum)"] if data["path"].nunique() > 1 and not path_in_blocks(data, seed, block) else []
     terms += ["C(seed, Sum)"] if (seed or block) and data["seed"].nunique() > 1 else []
     terms += [c for c in data.columns if c.startswith(SEED_BY_N)] if block else []
     return "y ~ " + " + ".join(terms)
+
+
+def path_in_blocks(data: pd.DataFrame, seed: bool, block: bool) -> bool:
+    """Whether the seed terms hold the rounding path: every seed (`seed`) or every seed and N
+    (`block`) ran on one path, so the blocks' shifts are also the paths' and a path term would
+    only alias them (a block made on one machine, as the sweeps make them)."""
+    if not (seed or block) or data["seed"].nunique() < 2:
+        return False
+    keys = ["seed", "N"] if block else ["seed"]
+    return bool((data.groupby(keys)["path"].nunique() == 1).all())
 
 
 SEED_BY_N = "seed_x_N_"  # the columns of the seed x N interaction (_with_seed_by_n)

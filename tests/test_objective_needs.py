@@ -15,7 +15,7 @@ import losses
 from oracles import D
 
 
-@pytest.mark.parametrize("name", ["m2po", "gspo"])
+@pytest.mark.parametrize("name", ["m2po", "gspo", "pipelinerl", "tinker"])
 def test_learn_in_micro_batches_gives_the_one_batch_update(tmp_path, toy_model, name, monkeypatch):
     """train.learn on one toy batch (4 groups of 4, behavior log-probs 0.3 off the learner's, so
     m2po drops tokens): one micro-batch of 16 and four of 4 give the same gradient (float32
@@ -200,3 +200,26 @@ def test_only_objectives_that_read_old_logp_keep_it(tmp_path):
     old_format["rollouts"][0].pop("old_logp")  # a checkpoint written before the field existed
     assert rollout.RolloutBatch.from_dict(old_format).rollouts[0].old_logp is None
     torch.testing.assert_close(train.old_logp_of(rs, 3, "cpu"), torch.tensor([[-1.5, -2.5, 0.0]]))
+
+
+@pytest.mark.parametrize("name", ["skyrl_geo", "nemorl", "primerl", "delightful"])
+def test_the_frameworks_defaults_learn_through_the_loop(tmp_path, name):
+    """train.learn with the objective's needs (a reference model for skyrl_geo's and nemorl's KL
+    terms, batch statistics for primerl): finite metrics, a nonzero gradient, and the objective's
+    own metric logged."""
+    import copy
+    import learner
+    import rollout
+    import train
+    from conftest import toy_config
+    base_cfg, rollouts, rewards = toy_batch(seed=1, off=0.005)  # within SkyRL's mask
+    cfg = {**base_cfg, **toy_config(tmp_path, loss=name, micro_batch_size=8)}
+    model, ref, opt = learner.build_learner(cfg)
+    assert (ref is not None) == losses.objective(name).needs_ref
+    metrics = train.learn(cfg, model, ref, opt, rollout.RolloutBatch(0, copy.deepcopy(rollouts), rewards), 0)
+    grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    assert torch.isfinite(grad).all() and grad.abs().max() > 0
+    assert all(math.isfinite(v) for k, v in metrics.items() if isinstance(v, float) and k != "ggpo_ess_success")
+    own = {"skyrl_geo": "skyrl_kl", "nemorl": "nemorl_kl", "primerl": "primerl_member_frac",
+           "delightful": "is_weight_mean"}[name]
+    assert own in metrics

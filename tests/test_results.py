@@ -144,7 +144,8 @@ def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
     byte on the processor kind that made them, to the last printed digit elsewhere; the .md: the
     PNG's bytes depend on the matplotlib version, which is not pinned)."""
     with open(os.path.join(ROOT, "Makefile")) as f:
-        lines = [l.split("|| ")[1].split() for l in f if "plot.py" in l and " results/" in l]
+        joined = f.read().replace("\\\n", " ")  # continued lines as one
+    lines = [l.split("|| ")[1].split() for l in joined.splitlines() if "plot.py" in l and " results/" in l]
     assert [(l[2], l[3]) for l in lines] == [("leaderboard", "results/leaderboard_toy"),
                                             ("leaderboard", "results/leaderboard_toy_lr5e-5"),
                                             ("drift", "results/leaderboard_toy,results/drift_toy_n2"),
@@ -162,10 +163,17 @@ def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
         here = lambda a: ",".join(os.path.join(ROOT, f) for f in a.split(","))
         more = [here(a) if a.startswith("results/") else a
                 for a in line[4:line.index("--out")]]  # processors' and drift's --against
-        plot.main([figure, here(results), *more, "--out", remade])
-        committed = os.path.join(ROOT, os.path.splitext(out)[0] + ".md")
-        differs = same_table(open(os.path.splitext(remade)[0] + ".md").read(), open(committed).read())
-        assert not differs, f"{committed} is not what `make tables` makes from {results} ({differs}): run make tables"
+        extra, made = [], [(remade, os.path.join(ROOT, out))]
+        if "--lag-map" in line:  # the leaderboard's lag map beside it
+            lag_map = line[line.index("--lag-map") + 1]
+            extra = ["--frameworks", os.path.join(ROOT, line[line.index("--frameworks") + 1]),
+                     "--lag-map", str(tmp_path / os.path.basename(lag_map))]
+            made.append((extra[-1], os.path.join(ROOT, lag_map)))
+        plot.main([figure, here(results), *more, "--out", remade, *extra])
+        for new, old in made:
+            committed = os.path.splitext(old)[0] + ".md"
+            differs = same_table(open(os.path.splitext(new)[0] + ".md").read(), open(committed).read())
+            assert not differs, f"{committed} is not what `make tables` makes from {results} ({differs}): run make tables"
 
 
 def test_the_leaderboard_readings_hold_in_the_generated_table():
@@ -183,7 +191,7 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     # OAPL and FlashREINFORCE below the base model at every N > 0 in every seed (a cell's last
     # number is its largest seed)
     assert above(rows["REC-OneSide-NoIS"][VS_PPO]) and above(rows["AsymRE"][VS_PPO])
-    assert not any(above(rows[m][VS_PPO]) for m in ("TRM", "PPO+outlier RS (SkyRL)", "BAPO", "DPPO-KL"))
+    assert not any(above(rows[m][VS_PPO]) for m in ("TRM", "PPO+outlier RS (SkyRL's mask)", "BAPO", "DPPO-KL"))
     assert float(rows["AsymRE"]["drop from N=0 (95%)"].split(" ± ")[0]) > 0
     base = float(re.search(r"The base model .*?: ([\d.]+) \(", text).group(1))
     assert all(float(re.findall(r"[\d.]+", rows[m][f"N={n}"])[-1]) < base
@@ -367,21 +375,50 @@ def test_the_newest_readings_at_the_second_step_hold_in_the_generated_table():
     0% at every N > 0 in every seed (a cell's last number is its largest seed)."""
     text, rows = leaderboard_rows("leaderboard_lr5e-5_toy.md")
     score = lambda m: float(rows[m]["staleness score (95%)"].split(" ± ")[0])
-    top = set(rows[max(rows, key=score)]["tier"])
+    scored = [m for m in rows if rows[m]["staleness score (95%)"]]  # rows still landing have none yet
+    top = set(rows[max(scored, key=score)]["tier"])
     level = lambda cell: not above(cell) and not below(cell)
     for m in ("TRM", "DPPO-KL", "REC-OneSide-NoIS", "AsymRE", "BAPO"):
         assert top & set(rows[m]["tier"]) and level(rows[m][VS_TIS]), m
-    for m in ("TRM", "PPO+outlier RS (SkyRL)", "REC-OneSide-NoIS", "AsymRE", "BAPO"):
+    for m in ("TRM", "PPO+outlier RS (SkyRL's mask)", "REC-OneSide-NoIS", "AsymRE", "BAPO"):
         assert level(rows[m][VS_PPO]), m
     assert above(rows["DPPO-KL"][VS_PPO])
     assert below(rows["REC-Ring-NoIS"][VS_PPO]) and below(rows["REC-Ring-NoIS"][VS_TIS])
     listed = re.search(r"prior df [\d.]+\): (.*?)\. (?:The intervals|Every)", text).group(1)
     spreads = {m: float(v) for m, v in re.findall(r"(?:^|, )([^,]+?) (\d+\.\d\d)(?=, |$)", listed)}
     held = [v for m, v in spreads.items() if m not in ("AGRO", "GRPO", "OAPL")]
-    assert len(spreads) == len(rows) and min(spreads["AGRO"], spreads["GRPO"]) > 2 * max(held)
-    assert rows["PPO+outlier RS (SkyRL)"]["is_masked_frac (%) at N=32"].startswith("0.0 ")
+    assert len(spreads) == len(scored) and min(spreads["AGRO"], spreads["GRPO"]) > 2 * max(held)
+    assert rows["PPO+outlier RS (SkyRL's mask)"]["is_masked_frac (%) at N=32"].startswith("0.0 ")
     flash = rows["FlashREINFORCE"]
     assert below(flash[VS_TIS]) and below(flash[VS_PPO]) and above(flash[VS_GRPO])
     assert not top & set(flash["tier"]) and float(flash["is_masked_frac (%) at N=32"].split()[0]) > 50
     assert all(float(re.findall(r"[\d.]+", rows["OAPL"][f"N={n}"])[-1]) < 0.5 for n in (8, 32, 128))
     assert float(re.findall(r"[\d.]+", rows["OAPL"]["N=0"])[0]) > 50
+
+
+def test_the_lag_map_reads_the_leaderboard_for_each_frameworks_row():
+    """figures/lag_map_toy.md (make tables): one line per framework and row of
+    docs/frameworks.yaml, each row a real one (its key names a registered objective at
+    settings it registers); where the row has runs its tier, score and the cells at its lag's N
+    and at four times that are the leaderboard table's, else it says it is not on the ladder yet."""
+    with open(os.path.join(ROOT, "docs", "frameworks.yaml")) as f:
+        frameworks = yaml.safe_load(f)["frameworks"]
+    with open(os.path.join(ROOT, "figures", "lag_map_toy.md")) as f:
+        body = [l.strip("| ").split(" | ") for l in f.read().split("\n\n")[2].splitlines()[2:]]
+    _, table = leaderboard_rows("leaderboard_v3_toy.md")
+    listed = [(fw, key) for fw in frameworks for key in fw["rows"]]
+    assert len(body) == len(listed)
+    for (fw, key), cells in zip(listed, body):
+        assert cells[0] == fw["name"] and cells[4].startswith(plot.row_label(key) + ": ")
+        assert plot.row_label(key) != key  # parsed into an objective and settings it registers
+        label = plot.row_label(key)
+        if label not in table:
+            assert cells[5] == "not on the ladder yet", key
+            continue
+        row = table[label]
+        first = plot.ladder_n(fw["bound"], [0, 8, 32, 128])
+        later = plot.ladder_n(4 * first, [0, 8, 32, 128]) if first else None
+        assert cells[5:7] == [row["tier"], row["staleness score (95%)"]], key
+        assert cells[7] == f"N={first}: {row[f'N={first}']}", key
+        assert cells[8] == (f"N={later}: {row[f'N={later}']}" if later else ""), key
+    assert {key for _, key in listed} >= {"primerl", "primerl_ipo", "pipelinerl", "skyrl_geo", "nemorl", "tinker"}
