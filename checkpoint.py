@@ -299,7 +299,41 @@ def check_out_dir(cfg: dict):
     if ckpt and ckpt_update(ckpt) > cfg["updates"]:
         raise ValueError(f"the checkpoint {ckpt} is past updates={cfg['updates']}; pass "
                          f"updates={ckpt_update(ckpt)} or more to resume it")
+    if ckpt:
+        check_log_reaches(out_dir, ckpt_update(ckpt), cfg["eval_every"] > 0)
     return ckpt
+
+
+def check_log_reaches(out_dir: str, update: int, evaluated_at_0: bool) -> None:
+    """Refuse to resume from a checkpoint at `update` whose run lost its log before it: every
+    update 1..update must have its row in metrics.jsonl (and update 0 its evaluation, where the
+    run evaluates), and run_info.json its first session; a resume would otherwise continue
+    exactly but leave a hole in the run's rows and provenance (a folder whose files were
+    deleted, its checkpoints left)."""
+    logged = set()
+    path = os.path.join(out_dir, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    logged.add(json.loads(line)["update"])
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+    missing = sorted(set(range(0 if evaluated_at_0 else 1, update + 1)) - logged)
+    info = os.path.join(out_dir, "run_info.json")
+    sessions = []
+    if os.path.exists(info):
+        with open(info) as f:
+            sessions = json.load(f).get("sessions", [])
+    lost = [] if sessions and sessions[0]["start_update"] == 0 else ["run_info.json's first session"]
+    if missing:
+        shown = ", ".join(map(str, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        lost.insert(0, f"metrics.jsonl's rows of update(s) {shown}")
+    if lost:
+        raise ValueError(f"out_dir {out_dir!r} has a checkpoint at update {update} but lacks "
+                         f"{' and '.join(lost)}: resuming would leave that hole in the run's log. "
+                         f"Delete the folder to run it again from update 0 (a sweep reruns a run "
+                         f"that is not kept), or put the files back")
 
 
 # What to lower when memory runs out outside learn() (whose errors skip the update instead).

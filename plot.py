@@ -75,8 +75,13 @@ def load_runs(root: str) -> list:
         folder = os.path.dirname(path)
         with open(os.path.join(folder, "config.yaml")) as f:
             cfg = yaml.load(f, Loader=config.YAML_LOADER)
-        with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
-            rows = [json.loads(line) for line in f]
+        try:
+            with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+        except (EOFError, OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{folder}: its metrics file {os.path.basename(path)} is damaged "
+                             f"({type(e).__name__}: {e}). Remove the folder and rerun its sweep, which "
+                             f"reruns a run that is not kept") from e
         sessions = []  # a run folder without run_info.json: no sessions known
         if os.path.exists(os.path.join(folder, "run_info.json")):
             with open(os.path.join(folder, "run_info.json")) as f:

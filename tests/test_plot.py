@@ -469,3 +469,18 @@ def test_the_statistics_refuse_to_pool_settings_or_designs(tmp_path):
         _run(runs, 0.4, "grpo_tis", delay, 1, lr=5e-5)
     with pytest.raises(ValueError, match="differ in lr"):
         plot.main(["leaderboard", str(runs), "--out", str(tmp_path / "l.png")])
+
+
+def test_a_damaged_kept_run_is_named_with_what_to_do(tmp_path):
+    """A kept run whose metrics.jsonl.gz was cut short (a damaged gzip) stops the reader with the
+    folder's name and the remedy, not gzip's EOFError alone."""
+    import gzip
+    runs = tmp_path / "results"
+    _run(runs, 0.4, "grpo_tis", 8, 0)
+    folder = runs / "grpo_tis_N8_s0"
+    data = gzip.compress((folder / "metrics.jsonl").read_bytes())
+    (folder / "metrics.jsonl").unlink()
+    (folder / "metrics.jsonl.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"grpo_tis_N8_s0: its metrics file metrics.jsonl.gz is damaged "
+                                         r"\(EOFError.*Remove the folder and rerun its sweep"):
+        plot.load_runs(str(runs))

@@ -314,6 +314,12 @@ def test_bad_paths_and_out_dirs_are_refused_before_any_work(tmp_path, monkeypatc
     os.makedirs(tmp_path / "run" / "ckpt-000009")
     refused(ValueError, "already holds this run .checkpoint at update 9.: pass resume=true")
     refused(ValueError, "ckpt-000009 is past updates=4; pass updates=9 or more", resume=True)
+    # a checkpoint whose run lost its log before it (files deleted, the checkpoints left): a resume
+    # would continue exactly but leave row 2 and the first session out of the run's record
+    os.rename(tmp_path / "run" / "ckpt-000009", tmp_path / "run" / "ckpt-000002")
+    refused(ValueError, r"has a checkpoint at update 2 but lacks metrics.jsonl's rows of update\(s\) "
+                        r"2 and run_info.json's first session: resuming would leave that hole",
+            resume=True, updates=7)
 
 
 def test_second_signal_aborts_at_once(monkeypatch):
