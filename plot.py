@@ -841,6 +841,26 @@ def leaderboard_data(runs: list) -> pd.DataFrame:
                           "settings": json.dumps(objective_settings(r), sort_keys=True)} for r in runs])
 
 
+def within_tier_lines(result: dict, name) -> list:
+    """The pairs that share a tier letter yet differ at the unadjusted 5% (each pair's own t test,
+    not family-wise: the tiers are the family-wise statement), the higher first, with the score
+    difference and the unadjusted p."""
+    same = [(a, b) for (a, b) in result.get("pairs_raw", {})
+            if set(result["tiers"].get(a, "")) & set(result["tiers"].get(b, ""))]
+    if not same:
+        return []
+    apart = []
+    for a, b in same:
+        p = result["pairs_raw"][(a, b)]
+        if p < stats.ALPHA:
+            hi, lo = (a, b) if result["score"][a][0] > result["score"][b][0] else (b, a)
+            apart.append((p, f"{name(hi)} above {name(lo)} ({signed(result['score'][hi][0] - result['score'][lo][0])}, "
+                             f"p {p:.2g})"))
+    return ["", f"**Within a tier** (unadjusted: each pair's own t test at 5%, not family-wise): of the "
+            f"{len(same)} pairs that share a letter, {len(apart)} differ individually"
+            + (": " + "; ".join(text for _, text in sorted(apart)) if apart else "") + "."]
+
+
 def ladder_n(bound, delays: list):
     """The smallest stale N of the ladder at or above `bound` (the first stale N for an unbounded
     or zero lag), None past the ladder's largest."""
@@ -938,6 +958,7 @@ def leaderboard(root: str, out: str, at_delay: int = 32, frameworks: str = None,
               "sits between tiers): " + "; ".join(
                   f"{c}: " + ", ".join(method_style(m, order)[0] for m in ranked if c in result["tiers"].get(m, ""))
                   for c in letters) + "."]
+    lines += within_tier_lines(result, lambda m: method_style(m, order)[0])
     base = base_accuracy(runs)
     if base:
         lines += ["", f"The base model (toy_base/ before any update: its evaluation at update 0, mean over "

@@ -453,14 +453,20 @@ def _factor_effects(fit, factor: str, sigma: dict) -> tuple:
     return table, _moment_sd(f, fit.model.data.frame[factor], sigma), f, float(test.pvalue)
 
 
-def _holm_pairs(est: np.ndarray, cov: np.ndarray, df) -> tuple:
-    """([(i, j)], Holm-adjusted p-values) of every pair i < j of score differences; df(i, j): the
-    difference's degrees of freedom."""
+def _pair_p(est: np.ndarray, cov: np.ndarray, df) -> tuple:
+    """([(i, j)], unadjusted two-sided t p-values) of every pair i < j of score differences;
+    df(i, j): the difference's degrees of freedom."""
     pairs = [(i, j) for i in range(len(est)) for j in range(i + 1, len(est))]
-    if not pairs:
-        return [], np.zeros(0)
     p = [2 * scipy.stats.t.sf(abs(est[i] - est[j]) / math.sqrt(cov[i, i] + cov[j, j] - 2 * cov[i, j]), df(i, j))
          for i, j in pairs]
+    return pairs, np.array(p)
+
+
+def _holm_pairs(est: np.ndarray, cov: np.ndarray, df) -> tuple:
+    """([(i, j)], Holm-adjusted p-values) of every pair i < j of score differences (_pair_p)."""
+    pairs, p = _pair_p(est, cov, df)
+    if not pairs:
+        return [], np.zeros(0)
     return pairs, multipletests(p, alpha=ALPHA, method="holm")[1]
 
 
@@ -531,7 +537,7 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool 
     rng = np.random.default_rng(DRAW_SEED)
     out.update(reference_family(fit, methods, score_l, cov, rng, draws))
     if not methods:  # no method has every stale N yet: cells only
-        out.update(tiers={}, pairs={}, rank={})
+        out.update(tiers={}, pairs={}, pairs_raw={}, rank={})
     else:
         out.update(tiers(methods, est, cov, lambda i, j: contrast_df(fit, score_l[i] - score_l[j])))
     out["sd_score"] = math.sqrt(sum(sigma[n] ** 2 for n in STALE_DELAYS if n in sigma)) / len(STALE_DELAYS)
@@ -607,12 +613,15 @@ def _max_t_cdf(max_z: np.ndarray, df: float):
 
 
 def tiers(methods: list, est, cov, df) -> dict:
-    """{tiers: letters, pairs: {(a, b): Holm-adjusted p}, rank: rank intervals (rank_sets)} of the
-    scores est with covariance cov, Holm over all pairs; df(i, j): a pair's degrees of freedom."""
-    pairs, p_holm = _holm_pairs(est, cov, df)
+    """{tiers: letters, pairs: {(a, b): Holm-adjusted p}, pairs_raw: {(a, b): unadjusted p}, rank:
+    rank intervals (rank_sets)} of the scores est with covariance cov, Holm over all pairs;
+    df(i, j): a pair's degrees of freedom."""
+    pairs, p_raw = _pair_p(est, cov, df)
+    _, p_holm = _holm_pairs(est, cov, df)
     different = [(methods[i], methods[j]) for (i, j), p in zip(pairs, p_holm) if p < ALPHA]
     return {"tiers": letter_display(methods, list(est), different),
             "pairs": {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_holm)},
+            "pairs_raw": {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_raw)},
             "rank": rank_sets(methods, list(est), different)}
 
 

@@ -484,3 +484,16 @@ def test_a_damaged_kept_run_is_named_with_what_to_do(tmp_path):
     with pytest.raises(ValueError, match=r"grpo_tis_N8_s0: its metrics file metrics.jsonl.gz is damaged "
                                          r"\(EOFError.*Remove the folder and rerun its sweep"):
         plot.load_runs(str(runs))
+
+
+def test_within_a_tier_the_pairs_that_differ_unadjusted_are_listed():
+    """Same-tier pairs: a, b, c share x and b, d share y; a-b (p 0.01), b-d (0.02) and b-c (0.04)
+    differ at the unadjusted 5% and are listed, by p, the higher first; a-c (0.3) does not; a-d
+    and c-d share no letter, whatever their p."""
+    result = {"tiers": {"a": "x", "b": "xy", "c": "x", "d": "y"}, "score": {"a": (50.0, 1), "b": (52.5, 1),
+              "c": (49.0, 1), "d": (40.0, 1)},
+              "pairs_raw": {("a", "b"): 0.01, ("a", "c"): 0.3, ("b", "c"): 0.04, ("a", "d"): 0.001,
+                            ("b", "d"): 0.02, ("c", "d"): 0.002}}
+    line = plot.within_tier_lines(result, str.upper)[1]
+    assert line.endswith("of the 4 pairs that share a letter, 3 differ individually: B above A (+2.5, p 0.01); "
+                         "B above D (+12.5, p 0.02); B above C (+3.5, p 0.04).")

@@ -422,3 +422,17 @@ def test_the_lag_map_reads_the_leaderboard_for_each_frameworks_row():
         assert cells[7] == f"N={first}: {row[f'N={first}']}", key
         assert cells[8] == (f"N={later}: {row[f'N={later}']}" if later else ""), key
     assert {key for _, key in listed} >= {"primerl", "primerl_ipo", "pipelinerl", "skyrl_geo", "nemorl", "tinker"}
+
+
+def test_the_within_tier_line_counts_the_same_tier_pairs():
+    """Each leaderboard table's "Within a tier" line counts the pairs whose tier letters
+    overlap in its own table, and lists as many pairs as it says differ."""
+    for name in ("leaderboard_v3_toy.md", "leaderboard_lr5e-5_toy.md", "leaderboard_lr1.25e-5_toy.md"):
+        text, rows = leaderboard_rows(name)
+        found = re.search(r"of the (\d+) pairs that share a letter, (\d+) differ individually(?:: (.*))?\.$",
+                          text, re.M)
+        tiers = {m: set(r["tier"]) for m, r in rows.items() if re.fullmatch(r"[a-z]+", r["tier"])}  # untiered rows parse shifted
+        shared = sum(1 for a in tiers for b in tiers if a < b and tiers[a] & tiers[b])
+        assert found and int(found.group(1)) == shared, name
+        listed = found.group(3).split("; ") if found.group(3) else []
+        assert len(listed) == int(found.group(2)) and all(" above " in p for p in listed)
