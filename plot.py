@@ -861,6 +861,43 @@ def within_tier_lines(result: dict, name) -> list:
             + (": " + "; ".join(text for _, text in sorted(apart)) if apart else "") + "."]
 
 
+def paired_lines(result: dict, ranked: list, name) -> list:
+    """The reference differences by the second analysis (stats.seed_paired) beside the pooled
+    model's: how many agree (apart from 0 in both with one sign, or in neither), those that hold
+    in one only (model-dependent, both numbers), and every paired difference."""
+    paired, pooled = result.get("paired", {}), result["vs"]
+    both = [(r, m) for r in paired for m in paired[r] if m in pooled.get(r, {})]
+    if not both:
+        return []
+    verdict = lambda d, p: 0 if p >= stats.ALPHA else (1 if d > 0 else -1)
+    apart, level, split = 0, 0, []
+    for r, m in both:
+        a = verdict(pooled[r][m][0], pooled[r][m][2])
+        b = verdict(paired[r][m][0], paired[r][m][2])
+        if a == b:
+            apart, level = apart + (a != 0), level + (a == 0)
+        else:
+            split.append(f"{name(m)} vs {name(r)}: pooled {signed(pooled[r][m][0])} ± {pooled[r][m][1]:.1f}"
+                         f"{' *' if a else ''}, paired {signed(paired[r][m][0])} ± {paired[r][m][1]:.1f} "
+                         f"(Holm p {paired[r][m][2]:.2g})")
+    refs = list(paired)
+    lines = ["", f"**A second analysis** (seed-paired: per method and reference, the differences of the "
+             f"score seed by seed over the seeds both ran, a t test on them, Holm over the {len(both)}; no "
+             f"path, variance or shrinkage model): of the {len(both)} reference differences, {apart} are apart "
+             f"from 0 in both analyses with one sign, {level} in neither, and {len(split)} in one only "
+             f"(model-dependent)" + (": " + "; ".join(split) if split else "") + ".", "",
+             "| method | " + " | ".join(f"vs {name(r)} (paired, 95% t; Holm p)" for r in refs) + " | seeds |",
+             "| --- |" + " --- |" * (len(refs) + 1)]
+    for m in ranked:
+        cells = [paired[r].get(m) for r in refs]
+        if not any(cells):
+            continue
+        seeds = max(c[3] for c in cells if c)
+        lines.append(f"| {name(m)} | " + " | ".join(
+            f"{signed(c[0])} ± {c[1]:.1f} ({c[2]:.2g})" if c else "" for c in cells) + f" | {seeds} |")
+    return lines
+
+
 def ladder_n(bound, delays: list):
     """The smallest stale N of the ladder at or above `bound` (the first stale N for an unbounded
     or zero lag), None past the ladder's largest."""
@@ -959,6 +996,7 @@ def leaderboard(root: str, out: str, at_delay: int = 32, frameworks: str = None,
                   f"{c}: " + ", ".join(method_style(m, order)[0] for m in ranked if c in result["tiers"].get(m, ""))
                   for c in letters) + "."]
     lines += within_tier_lines(result, lambda m: method_style(m, order)[0])
+    lines += paired_lines(result, ranked, lambda m: method_style(m, order)[0])
     base = base_accuracy(runs)
     if base:
         lines += ["", f"The base model (toy_base/ before any update: its evaluation at update 0, mean over "

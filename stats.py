@@ -536,6 +536,7 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool 
                     for m in methods if (m, 0) in have}}
     rng = np.random.default_rng(DRAW_SEED)
     out.update(reference_family(fit, methods, score_l, cov, rng, draws))
+    out["paired"] = seed_paired(data, methods)
     if not methods:  # no method has every stale N yet: cells only
         out.update(tiers={}, pairs={}, pairs_raw={}, rank={})
     else:
@@ -610,6 +611,41 @@ def _max_t_cdf(max_z: np.ndarray, df: float):
         return lambda t: np.searchsorted(max_z, t, side="right") / len(max_z)
     root_v = np.sqrt(scipy.stats.chi2.ppf((np.arange(QUADRATURE) + 0.5) / QUADRATURE, df) / df)
     return lambda t: np.searchsorted(max_z, t * root_v, side="right").mean() / len(max_z)
+
+
+def seed_paired(data: pd.DataFrame, methods: list) -> dict:
+    """The second analysis of the reference differences, free of the pooled model: per method m
+    and reference r (REFERENCES) the seeds at which both ran every stale N, each seed's score
+    (the mean of its final accuracies over STALE_DELAYS) and the paired differences d_s = score_m -
+    score_r (a seed draws the same prompts and evaluation samples in every row, so the pair
+    shares them); their mean, its unadjusted 95% t half-width on k - 1 degrees of freedom and
+    the two-sided t test's p, Holm-adjusted over the whole family. No path, variance or shrinkage
+    model: where the two analyses agree, a reading does not rest on the model's choices.
+    {reference: {method: (mean difference, half-width, Holm p, seeds)}}; a pair with fewer than
+    3 common seeds is left out."""
+    stale = data[data["N"].isin(STALE_DELAYS)]
+    per_seed = stale.groupby(["method", "seed"])["y"].agg(["mean", "count"])
+    full = per_seed[per_seed["count"] == len(STALE_DELAYS)]["mean"]
+    scores = {m: full.xs(m, level="method") for m in methods if m in full.index.get_level_values("method")}
+    family, stats_ = [], []
+    for r in [r for r in REFERENCES if r in scores]:
+        for m in methods:
+            if m == r or m not in scores:
+                continue
+            d = (scores[m] - scores[r]).dropna()
+            if len(d) < 3:
+                continue
+            se = float(d.std(ddof=1)) / math.sqrt(len(d))
+            t = float(d.mean()) / se if se > 0 else math.copysign(math.inf, float(d.mean()) or 1.0)
+            p = 2 * float(scipy.stats.t.sf(abs(t), len(d) - 1))
+            family.append((r, m))
+            stats_.append((float(d.mean()), float(scipy.stats.t.ppf(1 - ALPHA / 2, len(d) - 1)) * se, p, len(d)))
+    out = {r: {} for r in REFERENCES if r in scores}
+    if family:
+        holm = multipletests([x[2] for x in stats_], alpha=ALPHA, method="holm")[1]
+        for (r, m), (d, h, _, k), ph in zip(family, stats_, holm):
+            out[r][m] = (d, h, float(ph), k)
+    return out
 
 
 def tiers(methods: list, est, cov, df) -> dict:

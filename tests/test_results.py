@@ -186,6 +186,14 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     top = [name for name, row in rows.items() if "a" in row["tier"]]
     assert top and all(above(rows[m][VS_TIS]) and above(rows[m][VS_GRPO]) for m in top)
     assert above(rows["GRPO+TIS"][VS_GRPO])
+    # the same readings by the second analysis (seed-paired, Holm): the README states them as
+    # holding in both
+    paired, ppo_label = paired_rows("leaderboard_v3_toy.md"), "PPO vs sampler (GRPO, behavior anchor)"
+    assert paired_above(paired, ppo_label, "GRPO+TIS") and paired_above(paired, ppo_label, "GRPO")
+    assert all(paired_above(paired, m, "GRPO+TIS") and paired_above(paired, m, "GRPO") for m in top)
+    assert paired_above(paired, "GRPO+TIS", "GRPO")
+    assert paired_above(paired, "REC-OneSide-NoIS", ppo_label) and paired_above(paired, "AsymRE", ppo_label)
+    assert not any(paired_above(paired, m, ppo_label) for m in ("TRM", "PPO+outlier RS (SkyRL's mask)", "BAPO", "DPPO-KL"))
     # the newest corrections: REC one-side and AsymRE above PPO's clip against the sampler; the
     # masks and searches on top of that clip not above it; AsymRE's drop's estimate above zero;
     # OAPL and FlashREINFORCE below the base model at every N > 0 in every seed (a cell's last
@@ -228,6 +236,27 @@ def above(cell):
 
 def below(cell):
     return cell.startswith("-") and cell.endswith("*")
+
+
+def paired_rows(name):
+    """{method: {reference label: (difference, Holm p)}} of a leaderboard table's second analysis
+    (the seed-paired table under "A second analysis")."""
+    with open(os.path.join(ROOT, "figures", name)) as f:
+        section = f.read().split("**A second analysis**")[1].split("\n\n")[1]
+    header, _, *body = section.splitlines()
+    refs = [c.split(" (paired")[0][3:] for c in header.strip("| ").split(" | ")[1:-1]]
+    out = {}
+    for line in body:
+        cells = line.strip("| ").split(" | ")
+        out[cells[0]] = {r: (float(c.split(" ± ")[0]), float(c.split("(")[-1].rstrip(")")))
+                         for r, c in zip(refs, cells[1:-1]) if c}
+    return out
+
+
+def paired_above(rows, m, ref):
+    """The second analysis puts m above the reference (Holm, family-wise 5%)."""
+    d, p = rows[m][ref]
+    return d > 0 and p < 0.05
 
 
 def leaderboard_rows(name):
@@ -382,6 +411,9 @@ def test_the_newest_readings_at_the_second_step_hold_in_the_generated_table():
         assert top & set(rows[m]["tier"]) and level(rows[m][VS_TIS]), m
     for m in ("TRM", "PPO+outlier RS (SkyRL's mask)", "REC-OneSide-NoIS", "AsymRE", "BAPO"):
         assert level(rows[m][VS_PPO]), m
+    paired = paired_rows("leaderboard_lr5e-5_toy.md")  # the README's: level in both analyses
+    for m in ("REC-OneSide-NoIS", "AsymRE"):
+        assert paired[m]["PPO vs sampler (GRPO, behavior anchor)"][1] >= 0.05, m
     assert above(rows["DPPO-KL"][VS_PPO])
     assert below(rows["REC-Ring-NoIS"][VS_PPO]) and below(rows["REC-Ring-NoIS"][VS_TIS])
     listed = re.search(r"prior df [\d.]+\): (.*?)\. (?:The intervals|Every)", text).group(1)

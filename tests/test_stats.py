@@ -512,3 +512,21 @@ def test_max_t_distribution_of_one_difference_is_students_t():
         assert stats._max_t_cdf(max_z, df)(scipy.stats.t.ppf(0.975, df)) == pytest.approx(0.95, abs=0.002)
         assert stats._max_t_cdf(max_z, df)(scipy.stats.t.ppf(0.995, df)) == pytest.approx(0.99, abs=0.001)
     assert stats._max_t_cdf(max_z, math.inf)(scipy.stats.norm.ppf(0.975)) == pytest.approx(0.95, abs=0.002)
+
+
+def test_the_seed_paired_analysis_by_hand():
+    """Method b's stale finals sit 5, 6, 7, 6 points above GRPO+TIS's at seeds 0-3 (any N: the
+    seed's score is their mean over N = 8, 32, 128), and a seed 4 that b lacks at N = 128 is not
+    paired: d = (5, 6, 7, 6), mean 6, SD sqrt(2/3), half-width t(0.975, 3) SD / 2, p of t = 6 /
+    (SD / 2) on 3 df; the family holds this one difference, so Holm leaves p as it is."""
+    shift = {0: 5.0, 1: 6.0, 2: 7.0, 3: 6.0, 4: 9.0}
+    rows = [("grpo_tis", n, s, "P", 20.0 + n / 10 + s) for s in range(5) for n in DELAYS]
+    rows += [("b", n, s, "P", 20.0 + n / 10 + s + shift[s]) for s in range(5) for n in DELAYS
+             if not (s == 4 and n == 128)]
+    got = stats.seed_paired(_frame(rows), ["b", "grpo_tis"])
+    d, half, p, k = got["grpo_tis"]["b"]
+    sd = math.sqrt(2 / 3)
+    assert (d, k) == (pytest.approx(6.0), 4)
+    assert half == pytest.approx(scipy.stats.t.ppf(0.975, 3) * sd / 2)
+    assert p == pytest.approx(2 * scipy.stats.t.sf(6 / (sd / 2), 3))
+    assert set(got) == {"grpo_tis"} and set(got["grpo_tis"]) == {"b"}
