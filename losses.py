@@ -1505,7 +1505,10 @@ def is_health(logp, behavior_logp, mask):
     over response tokens, detached: is_log_ratio_mean = mean ell (k1: -KL(mu || learner)),
     is_ratio_min / is_ratio_max = min / max rho, is_chi2_token = mean exp(2 clamp(ell, -20, 20)) - 1,
     is_chi2_seq = mean_i exp(2 clamp(sum_t ell_{i,t}, -20, 20)) - 1 (the chi^2 as verl's
-    compute_offpolicy_metrics), is_seq_log_ratio_max = max_i |sum_t ell_{i,t}|."""
+    compute_offpolicy_metrics), is_seq_log_ratio_max = max_i |sum_t ell_{i,t}|, is_seq_log_ratio_q90
+    its 90th percentile over the call's responses (linear interpolation), is_seq_ess = (sum_i S_i)^2 /
+    (B sum_i S_i^2), S_i = exp(sum_t ell_{i,t}), in log space (1: equal sequence weights, 1/B:
+    one dominates); the sequence-level tail a long answer is built to show."""
     mb = mask.bool()
     n = mb.sum()
     ell = torch.where(mb, logp.detach() - behavior_logp.detach(), 0.0)
@@ -1517,7 +1520,9 @@ def is_health(logp, behavior_logp, mask):
             "is_ratio_max": torch.where(mb, rho, -math.inf).max(),
             "is_chi2_token": (torch.exp(2 * ell.clamp(-bound, bound)) * mb).sum() / n - 1,
             "is_chi2_seq": torch.exp(2 * seq.clamp(-bound, bound)).mean() - 1,
-            "is_seq_log_ratio_max": seq.abs().max()}
+            "is_seq_log_ratio_max": seq.abs().max(),
+            "is_seq_log_ratio_q90": torch.quantile(seq.abs(), 0.9),
+            "is_seq_ess": torch.exp(2 * torch.logsumexp(seq, 0) - torch.logsumexp(2 * seq, 0)) / seq.numel()}
 
 
 def _clean_inputs(logp, behavior_logp, ref_logp, mask):

@@ -14,7 +14,8 @@ from oracles import D, METRICS_LOGGED, grad_of
 def test_is_health_by_hand():
     """ell rows [ln 2, 0, pad] and [-ln 2, ln 4, ln 2]; n = 5, rho = 2, 1, 0.5, 4, 2:
     mean ell = 3 ln2 / 5; min 0.5, max 4; chi2_token = (4+1+0.25+16+4)/5 - 1 = 4.05;
-    sequence sums ln 2 and 2 ln 2: chi2_seq = (4 + 16)/2 - 1 = 9, max |sum| = 2 ln 2."""
+    sequence sums ln 2 and 2 ln 2: chi2_seq = (4 + 16)/2 - 1 = 9, max |sum| = 2 ln 2, its 90th
+    percentile ln 2 + 0.9 ln 2, sequence ESS (2 + 4)^2 / (2 (4 + 16)) = 0.9."""
     L2 = math.log(2)
     b = torch.full((2, 3), -2.0, dtype=D)
     ell = torch.tensor([[L2, 0.0, 0.0], [-L2, 2 * L2, L2]], dtype=D)
@@ -29,6 +30,7 @@ def test_is_health_by_hand():
         assert met["is_chi2_token"] == pytest.approx(4.05)
         assert met["is_chi2_seq"] == pytest.approx(9.0)
         assert met["is_seq_log_ratio_max"] == pytest.approx(2 * L2)
+        assert met["is_seq_log_ratio_q90"] == pytest.approx(1.9 * L2) and met["is_seq_ess"] == pytest.approx(0.9)
     # far off-policy: the squares are clamped at exp(40) (no overflow), min/max stay raw
     h = losses.is_health(torch.tensor([[60.0, 0.0]]), torch.zeros(1, 2), torch.ones(1, 2))
     assert math.isfinite(float(h["is_chi2_token"])) and float(h["is_chi2_seq"]) == pytest.approx(math.exp(40) - 1, rel=1e-5)
