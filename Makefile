@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds leaderboard-frameworks leaderboard-lr direction processors tables test setup clean
+.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds leaderboard-frameworks row leaderboard-lr direction processors tables test setup clean
 
 setup: .venv/ready
 
@@ -92,6 +92,18 @@ leaderboard-seeds: .venv/ready
 	$(PY) sweep.py configs/sweep_leaderboard_v3_refs_kind_toy.yaml --jobs auto
 	$(PY) sweep.py configs/sweep_leaderboard_v3_rows_toy.yaml --jobs auto
 	$(MAKE) tables
+
+# One new leaderboard row: `make row LOSS=name ARGS="key=value ..."` (the objective registered in
+# losses.py, at settings among those it registers): a reference block first on a processor kind
+# that has none (configs/sweep_leaderboard_v3_refs_kind_toy.yaml), then the row's runs on the
+# ladder (N in {8, 32, 128, 0} x seeds 0-9, the runs of configs/sweep_leaderboard_v3_rows_toy.yaml
+# otherwise), each kept in results/leaderboard_toy as it finishes (rerun the command to go on),
+# then `make tables`, then the row's tier, rank interval, score and differences to the references.
+row: .venv/ready
+	@test -n "$(LOSS)" || { echo 'usage: make row LOSS=name [ARGS="key=value ..."]'; exit 2; }
+	$(PY) sweep.py --row $(LOSS) $(ARGS) --jobs auto
+	$(MAKE) tables
+	$(PY) plot.py row figures/leaderboard_v3_toy.md --row $(LOSS) $(foreach a,$(ARGS),--set $(a))
 
 # The frameworks' defaults on the ladder (docs/frameworks.yaml: which trainer runs which row):
 # their objectives and the existing ones at a framework's settings, N in {0, 8, 32, 128}, seeds 0-9,

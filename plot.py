@@ -548,7 +548,8 @@ def method(run: dict) -> str:
     """The run's leaderboard row: its objective with its settings, the objective's name followed
     by _<key>-<value> for each setting that differs from its default (sweep.py's folder suffix):
     grpo_tis with tis_cap 5 is the row grpo_tis_tis_cap-5.0, never the row grpo_tis."""
-    return run["loss"] + "".join(f"_{k}-{v}" for k, v in row_settings(run).items())
+    number = lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v  # 5 and 5.0: one row
+    return run["loss"] + "".join(f"_{k}-{number(v)}" for k, v in row_settings(run).items())
 
 
 def row_label(key: str) -> str:
@@ -896,6 +897,41 @@ def paired_lines(result: dict, ranked: list, name) -> list:
         lines.append(f"| {name(m)} | " + " | ".join(
             f"{signed(c[0])} ± {c[1]:.1f} ({c[2]:.2g})" if c else "" for c in cells) + f" | {seeds} |")
     return lines
+
+
+def row_key(loss: str, settings: list) -> str:
+    """The key `method` gives the runs of objective `loss` at `settings` (["key=value", ...])."""
+    args = {**losses.objective(loss).hparams}
+    for item in settings:
+        k, _, v = item.partition("=")
+        args[k.removeprefix("loss_args.")] = yaml.load(v, Loader=config.YAML_LOADER)
+    return method({"loss": loss, "cfg": {"loss_args": args}})
+
+
+def row_summary(table: str, key: str) -> list:
+    """The lines of a generated leaderboard table (its .md) about one row (key as `method`
+    makes it): every column of its line, its seed-paired differences, and the same-tier pairs it
+    is in that differ unadjusted; what `make row` prints at its end."""
+    label = row_label(key)
+    with open(table) as f:
+        text = f.read()
+    header, _, *body = text.split("\n\n")[1].splitlines()
+    split = lambda line: line[2:-2].split(" | ")  # "| a |  | b |" -> a, "", b
+    columns = split(header)
+    mine = [l for l in body if split(l)[1] == label]
+    if not mine:
+        return [f"{label} ({key}) has no line in {table} yet: its runs have not landed there"]
+    cells = split(mine[0])
+    out = [f"{label} ({key}), from {table}:"] + [f"  {c}: {v}" for c, v in zip(columns, cells) if c != "method"]
+    paired = text.split("**A second analysis**")
+    if len(paired) > 1:
+        section = paired[1].split("\n\n")[1].splitlines()
+        out += [f"  seed-paired: {l}" for l in section[2:] if l.startswith(f"| {label} |")]
+    within = re.search(r"\*\*Within a tier\*\*.*", text)
+    if within:
+        out += [f"  within its tier (unadjusted): {p}" for p in within.group(0).split(": ", 1)[-1].split("; ")
+                if f"{label} above" in p or f"above {label} (" in p]
+    return out
 
 
 def ladder_n(bound, delays: list):
@@ -1570,7 +1606,7 @@ FIGURES = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5,
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("figure", choices=list(FIGURES))
+    parser.add_argument("figure", choices=list(FIGURES) + ["row"])
     parser.add_argument("root", help="folder of run folders")
     parser.add_argument("--out", help="PNG path (default: figures/<figure>.png); the table goes "
                                       "next to it as .md")
@@ -1582,8 +1618,14 @@ def main(argv=None) -> None:
                                           "machine (the runs of root are matched to them by name); "
                                           "drift: the folder of the runs at the other step size")
     parser.add_argument("--frameworks", help="leaderboard: a file as docs/frameworks.yaml, for the lag map")
+    parser.add_argument("--row", help="row: the row's objective (with --set: its settings)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="row: a setting of the row's objective")
     parser.add_argument("--lag-map", help="leaderboard: where to write the lag map (Markdown)")
     args = parser.parse_args(argv)
+    if args.figure == "row":  # root: a generated leaderboard table (.md)
+        print("\n".join(row_summary(args.root, row_key(args.row, args.set))))
+        return
     args.out = args.out or os.path.join(FIGURES_DIR, f"{args.figure}.png")
     if args.figure == "leaderboard":
         leaderboard(args.root, args.out, at_delay=32 if args.delay is None else args.delay,

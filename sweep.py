@@ -321,6 +321,54 @@ def one_kind_block(sweep: dict, todo: list, kind: str) -> list:
     return chosen
 
 
+# the ladder a new leaderboard row joins (`make row`): its config, settings, results folder, and
+# the reference block that gives a processor kind its references first
+ROW_LADDER = os.path.join(HERE, "configs", "sweep_leaderboard_v3_rows_toy.yaml")
+ROW_REFERENCES = os.path.join(HERE, "configs", "sweep_leaderboard_v3_refs_kind_toy.yaml")
+ROW_SEEDS = list(range(10))
+
+
+def row_sweep(loss: str, settings: list) -> dict:
+    """The sweep of one leaderboard row: objective `loss` at `settings` (["key=value", ...], keys
+    among the settings it registers) on ROW_LADDER's runs (config, overrides, results folder), N
+    in {8, 32, 128, 0} x ROW_SEEDS; ValueError naming an unknown objective or setting."""
+    registered = losses.objective(loss).hparams
+    with open(ROW_LADDER) as f:
+        ladder = yaml.load(f, Loader=config.YAML_LOADER)
+    grid = {"loss": [loss], "delay": [8, 32, 128, 0], "seed": ROW_SEEDS}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        key = key.removeprefix("loss_args.")
+        if not sep or key not in registered:
+            raise ValueError(f"{item!r}: a row's setting is key=value with a key {loss} registers "
+                             f"({', '.join(sorted(registered)) or 'none'})")
+        grid[f"loss_args.{key}"] = [yaml.load(value, Loader=config.YAML_LOADER)]
+    return {"config": ladder["config"], "out_root": ladder["out_root"], "results": ladder["results"],
+            "grid": grid, "overrides": ladder["overrides"]}
+
+
+def run_row(loss: str, settings: list, jobs: str, cores_per_job: int = None) -> int:
+    """`make row`: the reference block on this processor kind where it has none (ROW_REFERENCES,
+    per_kind), then the row's runs, each kept as it finishes (a run kept already is skipped, so the
+    command continues where it stopped); prints the wall time and the machine. The sweep it ran
+    is written to runs/rows/<loss>[_<key>-<value>...].yaml."""
+    sweep = row_sweep(loss, settings)
+    name = loss + "".join(f"_{k.split('.')[-1]}-{v[0]}" for k, v in sweep["grid"].items()
+                          if k not in ("loss", "delay", "seed"))
+    path = os.path.join(HERE, "runs", "rows", f"{name}.yaml")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        yaml.safe_dump(sweep, f, sort_keys=False)
+    start = time.time()
+    with open(ROW_REFERENCES) as f:
+        references = yaml.load(f, Loader=config.YAML_LOADER)
+    code = run_here(references, ROW_REFERENCES, jobs, cores_per_job)
+    code = run_here(sweep, path, jobs, cores_per_job) or code
+    say(f"row {name}: its runs and the references' block took {(time.time() - start) / 60:.1f} min on "
+        f"this machine ({run_info.this_processor_kind()}, {os.cpu_count()} cores)")
+    return code
+
+
 def unfinished(sweep: dict) -> list:
     """[(cfg, out_dir, overrides)] of the grid's runs that have not reached `updates`, neither
     in their run folder nor in their kept results; a finished run folder whose results are not
@@ -738,7 +786,10 @@ class redirected:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep", help="sweep YAML file")
+    parser.add_argument("sweep", nargs="?", help="sweep YAML file")
+    parser.add_argument("--row", metavar="LOSS", help="run one leaderboard row instead (`make row`): "
+                        "the objective LOSS on the ladder's runs, with the settings given after it")
+    parser.add_argument("settings", nargs="*", help="--row: the row's settings, key=value")
     parser.add_argument("--print", action="store_true", help="print one command per run")
     parser.add_argument("--jobs", default="1", help="runs at once here: a number, or auto "
                                                     "(plan_jobs: by cores, memory and GPUs)")
@@ -759,6 +810,14 @@ def main(argv=None) -> None:
         parser.error(f"--jobs must be a number >= 1 or auto, got {args.jobs!r}")
     if args.cores_per_job is not None and args.cores_per_job < 1:
         parser.error(f"--cores-per-job must be >= 1, got {args.cores_per_job}")
+    if args.row:
+        try:
+            sys.exit(run_row(args.row, [args.sweep, *args.settings] if args.sweep else args.settings,
+                             args.jobs, args.cores_per_job))
+        except ValueError as e:
+            sys.exit(f"error: {e}")
+    if not args.sweep:
+        parser.error("name a sweep file (or --row LOSS)")
     with open(args.sweep) as f:
         sweep = yaml.load(f, Loader=config.YAML_LOADER)
     if args.print:

@@ -497,3 +497,28 @@ def test_within_a_tier_the_pairs_that_differ_unadjusted_are_listed():
     line = plot.within_tier_lines(result, str.upper)[1]
     assert line.endswith("of the 4 pairs that share a letter, 3 differ individually: B above A (+2.5, p 0.01); "
                          "B above D (+12.5, p 0.02); B above C (+3.5, p 0.04).")
+
+
+def test_make_row_names_the_row_and_reads_its_line(tmp_path):
+    """sweep.row_sweep builds one row's grid on the ladder's runs (its settings among those the
+    objective registers, else refused naming them); plot.row_key gives the key its runs will have
+    (5 and 5.0: one row), and plot.row_summary reads the row's line from a generated table, or
+    says its runs have not landed."""
+    import sweep
+    grid = sweep.row_sweep("grpo_tis", ["tis_cap=5"])["grid"]
+    assert grid == {"loss": ["grpo_tis"], "delay": [8, 32, 128, 0], "seed": list(range(10)),
+                    "loss_args.tis_cap": [5]}
+    with pytest.raises(ValueError, match="a key grpo_tis registers .clip_high, clip_low, tis_cap."):
+        sweep.row_sweep("grpo_tis", ["beta=1"])
+    assert plot.row_key("grpo_tis", ["tis_cap=5"]) == plot.row_key("grpo_tis", ["tis_cap=5.0"]) == "grpo_tis_tis_cap-5.0"
+    assert plot.row_key("grpo", ["grpo_anchor=behavior"]) == "grpo_grpo_anchor-behavior"
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        for delay in (0, 8, 32, 128):
+            _run(runs, 0.4 + 0.01 * seed, "grpo_tis", delay, seed)
+            _run(runs, 0.5 + 0.01 * seed, "m2po", delay, seed)
+    out = str(tmp_path / "leaderboard.png")
+    plot.main(["leaderboard", str(runs), "--out", out])
+    lines = plot.row_summary(str(tmp_path / "leaderboard.md"), "m2po")
+    assert lines[0].startswith("M2PO (m2po), from") and "  staleness score (95%): 50.5 ± " in "\n".join(lines)
+    assert "has no line" in plot.row_summary(str(tmp_path / "leaderboard.md"), "grpo_tis_tis_cap-5.0")[0]
