@@ -692,6 +692,52 @@ def late_measure_lines(runs: list) -> list:
     return lines
 
 
+def seed_lines(seed: dict) -> list:
+    """The seed's paragraph under the leaderboard: its test, effects, blocks and how far it moves
+    the scores (stats' result["seed"])."""
+    lines = []
+    if seed["F"] is not None:
+        kept = ("kept as the design's block whatever its test says" if seed["fitted"]
+                else "left out: not estimable apart from the rounding path")
+        lines += ["", f"**The seed** ({kept}): the model with a fixed seed term against "
+                  f"the model without it, F = {seed['F']:.2f}, p = {seed['p']:.2g}; variance component "
+                  f"(moments) SD {seed['tau']:.2f} points."]
+        if seed["effects"]:
+            lines[-1] += " Effects (points, 95% t" + (", means over N" if (seed["per_n"] or {}).get("fitted") else "") \
+                + "): " + ", ".join(f"seed {lvl} {signed(e)} ± {h:.1f}" for lvl, (e, h) in seed["effects"].items()) + "."
+        if seed["per_n"] and seed["per_n"]["fitted"]:
+            lines[-1] += (" One shift per seed and N (the sweep's block), kept too, against one per seed: "
+                          f"F = {seed['per_n']['F']:.2f}, p = {seed['per_n']['p']:.2g}.")
+        elif seed["per_n"]:
+            lines[-1] += (" One shift per seed and N (the sweep's block) is not estimable apart from "
+                          "the path (a seed lacks an N, or a block ran alone on its kind): one per seed.")
+        if seed["moves"]:
+            lines[-1] += (f" Against the model without the seed, the scores move by {round(seed['moves']['mean'], 2) + 0.0:+.2f} "
+                          f"points on average and, apart from that common shift, by {seed['moves']['mean_apart']:.2f} "
+                          f"on average, at most {seed['moves']['max_apart']:.2f}.")
+    return lines
+
+
+def path_design_lines(path: dict, data: pd.DataFrame, order: list, name) -> list:
+    """The rounding paths' effects (stats' result["path"]) and the design: runs per method and
+    path (from `data`, the model's runs)."""
+    lines = []
+    counts = data["path"].value_counts()
+    if path["effects"]:
+        lines += ["", f"**Rounding path effects** (sum-to-zero, points, 95% t): F = {path['F']:.2f}, "
+                  f"p = {path['p']:.2g}; variance component (moments) SD {path['tau']:.2f} points.", "",
+                  "| path | runs | effect |", "| --- | --- | --- |"]
+        lines += [f"| P{i + 1}: {lvl} | {counts[lvl]} | {pm(e / 100, h / 100)} |"
+                  for i, (lvl, (e, h)) in enumerate(path["effects"].items())]
+    if len(counts) > 1:
+        design = pd.crosstab(data["method"], data["path"])
+        lines += ["", "**The design**: runs per method and rounding path (P1..P%d as above)." % len(counts), "",
+                  "| method | " + " | ".join(f"P{i + 1}" for i in range(len(counts))) + " |",
+                  "| --- |" + " --- |" * len(counts)]
+        lines += [f"| {name(m)} | " + " | ".join(map(str, design.loc[m])) + " |" for m in order if m in design.index]
+    return lines
+
+
 def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> list:
     """The generated summary under the leaderboard's table: the model, its variance, the
     rounding-path and seed effects, the design (method x path, from `data`, the model's runs),
@@ -768,40 +814,7 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                  "the tiers put above to the count less those they put below (simultaneous 95%: every "
                  "true rank inside at once unless a pair is split wrongly). Cells are mean (min-max) over "
                  "seeds of the runs themselves, in %.")
-    seed = result["seed"]
-    if seed["F"] is not None:
-        kept = ("kept as the design's block whatever its test says" if seed["fitted"]
-                else "left out: not estimable apart from the rounding path")
-        lines += ["", f"**The seed** ({kept}): the model with a fixed seed term against "
-                  f"the model without it, F = {seed['F']:.2f}, p = {seed['p']:.2g}; variance component "
-                  f"(moments) SD {seed['tau']:.2f} points."]
-        if seed["effects"]:
-            lines[-1] += " Effects (points, 95% t" + (", means over N" if (seed["per_n"] or {}).get("fitted") else "") \
-                + "): " + ", ".join(f"seed {lvl} {signed(e)} ± {h:.1f}" for lvl, (e, h) in seed["effects"].items()) + "."
-        if seed["per_n"] and seed["per_n"]["fitted"]:
-            lines[-1] += (" One shift per seed and N (the sweep's block), kept too, against one per seed: "
-                          f"F = {seed['per_n']['F']:.2f}, p = {seed['per_n']['p']:.2g}.")
-        elif seed["per_n"]:
-            lines[-1] += (" One shift per seed and N (the sweep's block) is not estimable apart from "
-                          "the path (a seed lacks an N, or a block ran alone on its kind): one per seed.")
-        if seed["moves"]:
-            lines[-1] += (f" Against the model without the seed, the scores move by {round(seed['moves']['mean'], 2) + 0.0:+.2f} "
-                          f"points on average and, apart from that common shift, by {seed['moves']['mean_apart']:.2f} "
-                          f"on average, at most {seed['moves']['max_apart']:.2f}.")
-    path = result["path"]
-    counts = data["path"].value_counts()
-    if path["effects"]:
-        lines += ["", f"**Rounding path effects** (sum-to-zero, points, 95% t): F = {path['F']:.2f}, "
-                  f"p = {path['p']:.2g}; variance component (moments) SD {path['tau']:.2f} points.", "",
-                  "| path | runs | effect |", "| --- | --- | --- |"]
-        lines += [f"| P{i + 1}: {lvl} | {counts[lvl]} | {pm(e / 100, h / 100)} |"
-                  for i, (lvl, (e, h)) in enumerate(path["effects"].items())]
-    if len(counts) > 1:
-        design = pd.crosstab(data["method"], data["path"])
-        lines += ["", "**The design**: runs per method and rounding path (P1..P%d as above)." % len(counts), "",
-                  "| method | " + " | ".join(f"P{i + 1}" for i in range(len(counts))) + " |",
-                  "| --- |" + " --- |" * len(counts)]
-        lines += [f"| {name(m)} | " + " | ".join(map(str, design.loc[m])) + " |" for m in order if m in design.index]
+    lines += seed_lines(result["seed"]) + path_design_lines(result["path"], data, order, name)
     anchors = [m for m in ANCHORS if all((m, n) in result["cell"] for n in delays)]
     if anchors:
         lines += ["", "**The anchors' cells** (the four corrections published with a staleness claim; "
