@@ -37,7 +37,6 @@ from collections import defaultdict
 import matplotlib
 import numpy as np
 import pandas as pd
-import scipy.stats
 import yaml
 
 import config
@@ -752,7 +751,7 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
              + (" (each seed's block ran on one rounding path: its shift holds the path's, so the path "
                 "has no term of its own)" if result["seed"].get("fitted") and not result["path"]["effects"]
                 and data["path"].nunique() > 1 else "") + ", "
-             f"error SD per N: " + ", ".join(f"N = {n}: {s:.2f}" for n, s in sigma.items())
+             "error SD per N: " + ", ".join(f"N = {n}: {s:.2f}" for n, s in sigma.items())
              + f"; {result['n_runs']} runs, {len(fit.params)} parameters, {result['df']:.0f} residual "
              f"degrees of freedom."]
     spread = {m: result["spread"][m] for m in result["methods"]}

@@ -567,14 +567,7 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
              status_every: float = 60.0) -> int:
     """Every unfinished run of the grid in worker processes (see the module's docstring);
     returns the exit code: 0 all finished, 1 some failed, 128 + signal when stopped by one."""
-    import fcntl
-    os.makedirs(sweep["out_root"], exist_ok=True)
-    lock = open(os.path.join(sweep["out_root"], ".sweep.lock"), "w")
-    try:  # held until this process ends
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise ValueError(f"another sweep.py is running the runs of {sweep['out_root']}: wait for "
-                         f"it, or stop it (Ctrl-C) and run this one") from None
+    _lock = lock_out_root(sweep["out_root"])  # held until this process ends
     todo = unfinished(sweep)
     if sweep.get("per_kind"):
         todo = one_kind_block(sweep, todo, run_info.this_processor_kind())
@@ -625,18 +618,6 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
         say(f"{signal.Signals(signum).name}: " + (
             "every worker finishes its update, checkpoints and stops (again: abort at once)"
             if first else "aborting every worker now (the last checkpoints stay)"))
-
-    def status_line() -> str:
-        going = [key.data for key in selector.get_map().values() if key.data.run is not None]
-        progress = {w.run: logged_update(todo[w.run][1]) for w in going}
-        made = sum(max(0, u - first_update[i]) for i, u in progress.items()) + sum(
-            todo[i][0]["updates"] - first_update[i] for i in done)
-        left = sum(todo[i][0]["updates"] - progress.get(i, first_update[i])
-                   for i in list(waiting) + list(progress))
-        eta = f"~{left * (time.time() - t0) / made / 60:.0f} min left" if made else "time left: not known yet"
-        return (f"status: {len(done)} done, {len(failed)} failed, {len(going)} going"
-                + "".join(f", {name(i)} at {u}/{todo[i][0]['updates']}" for i, u in progress.items())
-                + f"; {len(waiting)} waiting; {eta}")
 
     handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -693,23 +674,60 @@ def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
                         say(f"{worker.name}: {name(i)} {stopped[i]}")
             if time.time() - last_status >= status_every and selector.get_map() and (waiting or any(
                     key.data.run is not None for key in selector.get_map().values())):
-                say(status_line())
+                going = [key.data.run for key in selector.get_map().values() if key.data.run is not None]
+                say(status_line(todo, going, done, failed, waiting, first_update, time.time() - t0))
                 last_status = time.time()
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    not_run = [i for i in waiting if i not in failed]
-    say(f"sweep: {len(done)} of {len(todo)} runs done in {time.time() - t0:.0f} s"
+    return report_end(todo, done, failed, stopped, landed, [i for i in waiting if i not in failed],
+                      time.time() - t0, stop["signal"])
+
+
+def status_line(todo: list, going: list, done: list, failed: dict, waiting, first_update: dict,
+                seconds: float) -> str:
+    """The minute's status: runs done, failed, going (each at its logged update), waiting, and the
+    time left at the pace of the updates made so far (from where each run resumed)."""
+    progress = {i: logged_update(todo[i][1]) for i in going}
+    made = sum(max(0, u - first_update[i]) for i, u in progress.items()) + sum(
+        todo[i][0]["updates"] - first_update[i] for i in done)
+    left = sum(todo[i][0]["updates"] - progress.get(i, first_update[i]) for i in list(waiting) + list(progress))
+    eta = f"~{left * seconds / made / 60:.0f} min left" if made else "time left: not known yet"
+    return (f"status: {len(done)} done, {len(failed)} failed, {len(going)} going"
+            + "".join(f", {os.path.basename(todo[i][1])} at {u}/{todo[i][0]['updates']}" for i, u in progress.items())
+            + f"; {len(waiting)} waiting; {eta}")
+
+
+def lock_out_root(out_root: str):
+    """An exclusive lock on out_root/.sweep.lock (the open file: held while it is), or
+    ValueError where another sweep.py holds it."""
+    import fcntl
+    os.makedirs(out_root, exist_ok=True)
+    lock = open(os.path.join(out_root, ".sweep.lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ValueError(f"another sweep.py is running the runs of {out_root}: wait for "
+                         f"it, or stop it (Ctrl-C) and run this one") from None
+    return lock
+
+
+def report_end(todo: list, done: list, failed: dict, stopped: dict, landed: list, not_run: list,
+               seconds: float, stopped_by) -> int:
+    """The sweep's last lines (what ran, failed, stopped, was not run) and its exit code: 0 all
+    finished, 1 some failed or not run, 128 + the signal that stopped it."""
+    name = lambda i: os.path.basename(todo[i][1])
+    say(f"sweep: {len(done)} of {len(todo)} runs done in {seconds:.0f} s"
         + (f", {len(landed)} kept meanwhile by another sweep" if landed else "")
         + (f", {len(failed)} failed" if failed else "") + (f", {len(stopped)} stopped" if stopped else "")
         + (f", {len(not_run)} not run" if not_run else ""))
     for i, why_failed in failed.items():
-        print(f"  FAILED {todo[i][1]}: {why_failed}; log {log_of(i)}", file=sys.stderr)
+        print(f"  FAILED {todo[i][1]}: {why_failed}; log {os.path.join(todo[i][1], 'train.log')}", file=sys.stderr)
     for i, why_stopped in stopped.items():
         print(f"  stopped {todo[i][1]}: {why_stopped}", file=sys.stderr)
-    if stop["signal"] is not None:
+    if stopped_by is not None:
         print("  run the same command to continue", file=sys.stderr)
-        return 128 + stop["signal"]
+        return 128 + stopped_by
     if not_run:
         print(f"  not run ({len(not_run)}): " + ", ".join(name(i) for i in not_run)
               + "; no worker could start: see the messages above", file=sys.stderr)

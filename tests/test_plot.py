@@ -6,7 +6,6 @@ import os
 import pytest
 import yaml
 
-import checkpoint
 import plot
 import config
 import run_info
