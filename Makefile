@@ -144,8 +144,9 @@ processors: .venv/ready
 # (figures/leaderboard_v3_toy.png, .md, and _k3.png: tiers from the pooled model of stats.py), the direction ablation
 # (figures/direction_toy.png, .md) and the same runs on other processors
 # (figures/processor_toy.png and processor_intel_toy.png, .md: configs/sweep_processor*_toy.yaml
-# against the leaderboard). The same bytes on the same library versions: on a fresh clone, git
-# status stays clean.
+# against the leaderboard), the lag map (figures/lag_map_toy.md) and one tidy table per grid, a row
+# per run (figures/runs_<grid>.csv). The same bytes on the same library versions: on a fresh clone,
+# git status stays clean.
 tables: .venv/ready
 	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v3_toy.png \
 		--frameworks docs/frameworks.yaml --lag-map figures/lag_map_toy.md
@@ -156,6 +157,8 @@ tables: .venv/ready
 	test ! -d results/direction_toy || $(PY) plot.py direction results/direction_toy --out figures/direction_toy.png
 	test ! -d results/processor_toy || $(PY) plot.py processors results/processor_toy --against results/leaderboard_toy --out figures/processor_toy.png
 	test ! -d results/processor_intel_toy || $(PY) plot.py processors results/processor_intel_toy --against results/leaderboard_toy --out figures/processor_intel_toy.png
+	for grid in leaderboard_toy leaderboard_toy_lr5e-5 leaderboard_toy_lr1.25e-5 drift_toy_n2 direction_toy; do \
+		test ! -d results/$$grid || $(PY) plot.py tidy results/$$grid --out figures/runs_$$grid.csv || exit 1; done
 
 # Every toy figure (finished runs are skipped).
 figs: demo fig3 fig4 fig8 fig10

@@ -16,6 +16,8 @@
         --out figures/processor_toy.png  # the same runs on two processors
     python plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr5e-5 \
         --out figures/drift_toy.png  # accuracy against the drift its batches carry, two step sizes
+    python plot.py tidy results/leaderboard_toy --out figures/runs_leaderboard_toy.csv  # one row per run
+    python plot.py row figures/leaderboard_v3_toy.md --row grpo_tis --set tis_cap=5  # one row's line
 
 A run folder holds config.yaml and metrics.jsonl (train.py writes them; sweep.py lays folders out
 as <loss>_N<delay>_s<seed>[_<key>-<value>...]); a folder of kept results (results/<sweep>/<run>,
@@ -842,6 +844,34 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
     return lines
 
 
+# the per-update diagnostics a tidy table averages over each run's updates
+TIDY_DIAGNOSTICS = ("k3", "entropy", "grad_norm", "reward_mean", "response_len_mean", "clip_frac",
+                    "is_weight_mean", "is_masked_frac", "is_chi2_token", "is_chi2_seq",
+                    "is_seq_log_ratio_max", "is_seq_log_ratio_q90", "is_seq_ess")
+
+
+def tidy(root: str, out: str, **_) -> None:
+    """One row per kept run, as CSV (pandas.read_csv reads it in one line): its row (method), the
+    objective and its settings off the defaults (JSON), N, seed, lr, processor kind and rounding
+    path, the final evaluation and the mean of the late ones (empty where a run has too few), and
+    each diagnostic's mean over the run's updates (empty where it logs none)."""
+    runs = load_runs(root)
+    check_one_table(runs, root)
+    rows = []
+    for r in sorted(runs, key=lambda r: r["name"]):
+        late = late_evaluations(r)
+        logged = lambda k: [row[k] for row in r["rows"] if row.get(k) is not None and row.get("update", 0) > 0]
+        rows.append({"run": r["name"], "row": method(r), "objective": r["loss"],
+                     "settings": json.dumps(row_settings(r), sort_keys=True), "N": r["delay"], "seed": r["seed"],
+                     "lr": r["cfg"]["lr"], "processor": " + ".join(dict.fromkeys(processor_kind(s) for s in r["sessions"])),
+                     "rounding_path": rounding_path(r), "final": 100 * final_mean(r),
+                     "late_mean": 100 * late[1] if late else None,
+                     **{k: mean(v) if (v := logged(k)) else None for k in TIDY_DIAGNOSTICS}})
+    frame = pd.DataFrame(rows)
+    frame.to_csv(out, index=False, float_format="%.6g")
+    print(f"wrote {out}: {len(frame)} runs")
+
+
 def leaderboard_data(runs: list) -> pd.DataFrame:
     """The leaderboard model's data (stats.fit_leaderboard): one row per run, its method, N, seed,
     rounding path and final accuracy in %; and `trajectory`, its training rewards per update
@@ -1613,7 +1643,8 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
 
 FIGURES = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7,
            "fig8": fig8, "fig9": fig9, "fig10": fig10, "leaderboard": leaderboard,
-           "numerics": numerics, "direction": direction, "processors": processors, "drift": drift}
+           "numerics": numerics, "direction": direction, "processors": processors, "drift": drift,
+           "tidy": tidy}
 
 
 def main(argv=None) -> None:
