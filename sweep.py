@@ -829,9 +829,14 @@ def main(argv=None) -> None:
     if args.cores_per_job is not None and args.cores_per_job < 1:
         parser.error(f"--cores-per-job must be >= 1, got {args.cores_per_job}")
     if args.row:
+        settings = [args.sweep, *args.settings] if args.sweep else args.settings
         try:
-            sys.exit(run_row(args.row, [args.sweep, *args.settings] if args.sweep else args.settings,
-                             args.jobs, args.cores_per_job))
+            if args.print:  # the row's runs, one command each (the reference block is per machine)
+                row = row_sweep(args.row, settings)
+                for _, overrides in expand(row):
+                    print(" ".join(["python", "train.py", row["config"], *map(shlex.quote, overrides)]))
+                return
+            sys.exit(run_row(args.row, settings, args.jobs, args.cores_per_job))
         except ValueError as e:
             sys.exit(f"error: {e}")
     if not args.sweep:
