@@ -361,9 +361,9 @@ def share_clip_2e4_n8(section):
 
 
 def test_the_direction_differences_in_the_docs_are_the_generated_ones():
-    """docs/leaderboard.md's direction table quotes the pooled model's differences: each is in
-    figures/direction_toy.md, which `make tables` makes."""
-    with open(os.path.join(ROOT, "docs", "leaderboard.md")) as f:
+    """docs/leaderboard-studies.md's direction table quotes the pooled model's differences: each
+    is in figures/direction_toy.md, which `make tables` makes."""
+    with open(os.path.join(ROOT, "docs", "leaderboard-studies.md")) as f:
         quoted = re.findall(r"\| \+([\d.]+ ± [\d.]+; p = [\d.e-]+) \|", f.read())
     with open(os.path.join(ROOT, "figures", "direction_toy.md")) as f:
         generated = f.read()
