@@ -736,7 +736,29 @@ def path_design_lines(path: dict, data: pd.DataFrame, order: list, name) -> list
                   "| method | " + " | ".join(f"P{i + 1}" for i in range(len(counts))) + " |",
                   "| --- |" + " --- |" * len(counts)]
         lines += [f"| {name(m)} | " + " | ".join(map(str, design.loc[m])) + " |" for m in order if m in design.index]
+        lines += confounding_lines(data, name)
     return lines
+
+
+def confounding_lines(data: pd.DataFrame, name) -> list:
+    """What the rounding paths still confound: how many runs of the other rows share their seed,
+    N and path with a run of every reference (compared with them inside one block), and the
+    rows that share none (compared with the references only through the path term, which
+    assumes a path moves every row alike)."""
+    refs = [r for r in stats.REFERENCES if r in set(data["method"])]
+    if not refs:
+        return []
+    block = lambda d: set(zip(d["seed"], d["N"], d["path"]))
+    with_all = set.intersection(*(block(data[data["method"] == r]) for r in refs))
+    others = data[~data["method"].isin(refs)]
+    inside = [(s, n, p) in with_all for s, n, p in zip(others["seed"], others["N"], others["path"])]
+    shares = others.assign(inside=inside).groupby("method")["inside"].mean()
+    none = [m for m, v in shares.items() if v == 0]
+    return ["", f"**What the paths confound**: {sum(inside)} of the other rows' {len(others)} runs share their "
+            f"seed, N and rounding path with a run of every reference (compared with them inside one "
+            f"block); the other {len(others) - sum(inside)} meet the references only through the path "
+            f"term, which assumes a path moves every row alike"
+            + (f". Rows with no run inside such a block: {', '.join(name(m) for m in none)}." if none else ".")]
 
 
 def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> list:

@@ -521,3 +521,15 @@ def test_make_row_names_the_row_and_reads_its_line(tmp_path):
     lines = plot.row_summary(str(tmp_path / "leaderboard.md"), "m2po")
     assert lines[0].startswith("M2PO (m2po), from") and "  staleness score (95%): 50.5 ± " in "\n".join(lines)
     assert "has no line" in plot.row_summary(str(tmp_path / "leaderboard.md"), "grpo_tis_tis_cap-5.0")[0]
+
+
+def test_what_the_paths_confound_is_counted_per_block():
+    """Rows a and b beside the references: a's two runs share seed, N and path with every
+    reference; b's seed-1 run sits on path Q where no reference ran at seed 1: 2 of 4 runs
+    inside, and b has none."""
+    import pandas as pd
+    rows = [(m, 8, s, "P") for m in ("grpo_tis", "grpo", "grpo_grpo_anchor-behavior") for s in (0, 1)]
+    rows += [("a", 8, 0, "P"), ("a", 8, 1, "P"), ("b", 8, 0, "Q"), ("b", 8, 1, "Q")]
+    data = pd.DataFrame(rows, columns=["method", "N", "seed", "path"])
+    line = plot.confounding_lines(data, str.upper)[1]
+    assert "2 of the other rows' 4 runs share" in line and line.endswith("Rows with no run inside such a block: B.")
