@@ -201,6 +201,10 @@ def test_a_disk_too_small_for_the_checkpoints_is_refused_before_any_model_loads(
     train.preflight({**cfg, "keep_checkpoints": 1})  # 2 fit
     # resumed with two checkpoints already there: the next write needs room for one more
     checkpoint.write_config(cfg["out_dir"], cfg)
+    with open(os.path.join(cfg["out_dir"], "metrics.jsonl"), "w") as f:  # the log a resume needs
+        f.write("".join(f'{{"update": {t}}}\n' for t in range(5)))
+    with open(os.path.join(cfg["out_dir"], "run_info.json"), "w") as f:
+        f.write('{"sessions": [{"start_update": 0}]}\n')
     for update in (2, 4):
         os.makedirs(os.path.join(cfg["out_dir"], f"ckpt-{update:06d}"))
         with open(os.path.join(cfg["out_dir"], f"ckpt-{update:06d}", "learner.pt"), "wb") as f:

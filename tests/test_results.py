@@ -290,8 +290,8 @@ def test_the_anchor_reading_holds_in_the_generated_drift_table():
 def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     """docs/leaderboard.md's verdict on the drift hypothesis and its default-lr decision: refuted
     jointly in both directions and for single methods after Holm, each a truncated or gated weight,
-    AsymRE or OAPL; fitting lr 2e-4, every method refuted upward a truncated or gated weight, by 10-20
-    points; AsymRE the other way in both directions, about 2 SE, its N = 0 cell at lr 2e-4 4+
+    AsymRE or OAPL; fitting lr 2e-4, every method refuted upward a truncated, masked or gated weight,
+    by more than 10 points; AsymRE the other way in both directions, about 2 SE, its N = 0 cell at lr 2e-4 4+
     points below most rows'; OAPL the other way in both, by the same distance each way (its stale
     cells 0 at both steps); FlashREINFORCE the other way too fitting lr 5e-5; at lr 5e-5 every row of the
     second step's fifteen but AGRO and GRPO within 5 points of GRPO+TIS (the README too); N = 8 mild at lr 1.25e-5 alone, whose five rows
@@ -309,7 +309,7 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
         refuted[way] = set() if names == "none" else set(names.split(", "))
         beyond[way] = {m: (float(e), float(z)) for m, e, z in re.findall(
             r" ?([^,]+?) ([+-][\d.]+) \(z ([+-][\d.]+)\)", way.split("beyond 2 SE unadjusted: ")[1])}
-    gated = ("GRPO+TIS", "GRPO+seq-TIS", "IcePop (prime-rl form)", "FlashREINFORCE")
+    gated = ("GRPO+TIS", "GRPO+seq-TIS", "GRPO+seq-MIS", "IcePop (prime-rl form)", "FlashREINFORCE")  # truncated, masked or gated
     assert set().union(*refuted.values()) and set().union(*refuted.values()) <= set(gated) | {"AsymRE", "OAPL"}
     # OAPL refuted the other way in both directions, as AsymRE: its stale cells are 0 at both steps
     # (N = 2 included), so each direction misses by the distance between its two N = 0 cells
@@ -320,7 +320,7 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     distance = oapl["5e-05"][0] - oapl["0.0002"][0]
     assert abs(beyond[one_way]["OAPL"][0] + distance) < 0.5 and abs(beyond[other_way]["OAPL"][0] - distance) < 0.5
     upward = {m: beyond[one_way][m][0] for m in refuted[one_way] if beyond[one_way][m][0] > 0}
-    assert upward and set(upward) <= set(gated) and all(10 < e < 20 for e in upward.values())
+    assert upward and set(upward) <= set(gated) and all(e > 10 for e in upward.values())
     # AsymRE the other way in both (about 2 SE: listed beyond 2 SE in one direction at least)
     assert beyond[one_way].get("AsymRE", (-1.0, 0.0))[0] < 0 < beyond[other_way].get("AsymRE", (1.0, 0.0))[0]
     assert "AsymRE" in beyond[one_way] or "AsymRE" in beyond[other_way]
