@@ -243,6 +243,12 @@ def _check_beta(hp, name):
         raise ValueError(f"beta must be >= 0 (and > 0 for ggpo, which divides by it), got {hp['beta']}")
 
 
+def _loo_baseline(rewards, m):
+    """r_i - mean_{j != i} r_j per group (leave-one-out, no std)."""
+    g = rewards.view(-1, m)
+    return (g - (g.sum(1, keepdim=True) - g) / (m - 1)).view(-1)
+
+
 @register("agro", label="AGRO", hparams={"beta": 0.01}, checks=(_check_beta,), needs_ref=True)
 def agro(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     r"""AGRO (any-generation reward optimization, arXiv 2503.19612), no importance weight:
@@ -253,8 +259,7 @@ def agro(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     m = group_size
     L = (logp * mask).sum(1)
     R = (ref_logp * mask).sum(1)
-    G = (rewards - hp["beta"] * (L.detach() - R)).view(-1, m)
-    a = (G - (G.sum(1, keepdim=True) - G) / (m - 1)).view(-1).detach()
+    a = _loo_baseline(rewards - hp["beta"] * (L.detach() - R), m).detach()
     return -(a * L).sum() / mask.sum(), a, {}
 
 
@@ -1192,10 +1197,12 @@ def _member_stats(logp, behavior_logp, mask, hp):
     return {"primerl_member_frac": float(member.clamp(min=1) / mask.sum())}
 
 
-def _primerl(logp, behavior_logp, mask, rewards, group_size, hp, masked):
-    """prime-rl's loss with the trust-region mask `masked` [B, T] (True: out of the region): the
-    per-token loss -keep A rho + kl_tau ell^2 over the tokens with A != 0, a token-mean over them."""
+def _primerl(logp, behavior_logp, mask, rewards, group_size, hp, out_of_region):
+    """prime-rl's loss with the trust-region mask out_of_region(A [B, 1], d [B, T]) (True: out of
+    the region), d = exp(l) - exp(b): the per-token loss -keep A rho + kl_tau ell^2 over the tokens
+    with A != 0, a token-mean over them."""
     A = _mean_baseline(rewards, group_size)[:, None]
+    masked = out_of_region(A, torch.exp(logp.detach()) - torch.exp(behavior_logp))
     member = mask * (A != 0)
     keep = member * ~masked
     ell = logp - behavior_logp  # with gradient: rho and the squared term both train
@@ -1230,10 +1237,8 @@ def primerl(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
     any number of steps per batch; its adv_tau is 1). n_M is a batch statistic
     (``primerl_member_frac`` = n_M / n). Metrics is_weight_mean / is_ess / is_masked_frac (tokens
     with weight 0, the filtered ones included), primerl_member_frac."""
-    d = torch.exp(logp.detach()) - torch.exp(behavior_logp)
-    A = _mean_baseline(rewards, group_size)[:, None]
-    masked = torch.where(A > 0, d > hp["primerl_mask_high"], d < -hp["primerl_mask_low"])
-    return _primerl(logp, behavior_logp, mask, rewards, group_size, hp, masked)
+    return _primerl(logp, behavior_logp, mask, rewards, group_size, hp, lambda A, d: torch.where(
+        A > 0, d > hp["primerl_mask_high"], d < -hp["primerl_mask_low"]))
 
 
 @register("primerl_ipo", label="prime-rl IPO", hparams={"ipo_threshold": 0.1, "primerl_kl_tau": 1e-3},
@@ -1245,14 +1250,8 @@ def primerl_ipo(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
         loss = (1/n_M) sum_{i,t} [-M (1 - out) A_i rho + primerl_kl_tau M (l - b)^2],
         dL/dl_{i,t} = (-A_i rho (1 - out) + 2 primerl_kl_tau (l - b)) M / n_M,
     A_i, M, n_M as ``primerl``. Metrics as ``primerl``. Against the sampler at any number of steps."""
-    masked = (torch.exp(logp.detach()) - torch.exp(behavior_logp)).abs() > hp["ipo_threshold"]
-    return _primerl(logp, behavior_logp, mask, rewards, group_size, hp, masked)
-
-
-def _loo_baseline(rewards, m):
-    """r_i - mean_{j != i} r_j per group (leave-one-out, no std)."""
-    g = rewards.view(-1, m)
-    return (g - (g.sum(1, keepdim=True) - g) / (m - 1)).view(-1)
+    return _primerl(logp, behavior_logp, mask, rewards, group_size, hp,
+                    lambda A, d: d.abs() > hp["ipo_threshold"])
 
 
 @register("pipelinerl", label="PipelineRL default (REINFORCE, ratio <= 1.02)",

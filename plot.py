@@ -526,23 +526,19 @@ NOT_TRAINING = {"out_dir", "resume", "eval_every", "eval_from", "engine_mismatch
 RUN_PLACE = {"loss", "loss_args", "delay", "seed"}
 
 
-def row_settings(run: dict) -> dict:
-    """{key: value} of the run's objective settings (the hparams its objective registers in
-    losses.py) that differ from the registered defaults, by key; {} for an objective that is not
-    registered (its name alone says what it is)."""
-    registered = losses.LOSSES.get(run["loss"])
-    args = run["cfg"].get("loss_args") or {}
-    if registered is None:
-        return {}
-    return {k: args[k] for k, default in sorted(registered.hparams.items())
-            if k in args and args[k] != default}
-
-
 def objective_settings(run: dict) -> dict:
-    """{key: value} of every setting the run's objective registers, as the run resolved it."""
+    """{key: value} of every setting the run's objective registers in losses.py, as the run
+    resolved it (the default where its config lacks the key), by key; {} for an objective that is
+    not registered (its name alone says what it is)."""
     registered = losses.LOSSES.get(run["loss"])
     args = run["cfg"].get("loss_args") or {}
     return {k: args.get(k, v) for k, v in sorted(registered.hparams.items())} if registered else {}
+
+
+def row_settings(run: dict) -> dict:
+    """The run's objective settings (objective_settings) that differ from the registered defaults."""
+    defaults = losses.LOSSES[run["loss"]].hparams if run["loss"] in losses.LOSSES else {}
+    return {k: v for k, v in objective_settings(run).items() if v != defaults[k]}
 
 
 def method(run: dict) -> str:
@@ -964,11 +960,11 @@ def paired_lines(result: dict, ranked: list, name) -> list:
 
 
 def row_key(loss: str, settings: list) -> str:
-    """The key `method` gives the runs of objective `loss` at `settings` (["key=value", ...])."""
-    args = {**losses.objective(loss).hparams}
-    for item in settings:
-        k, _, v = item.partition("=")
-        args[k.removeprefix("loss_args.")] = yaml.load(v, Loader=config.YAML_LOADER)
+    """The key `method` gives the runs of objective `loss` at `settings` (["key=value", ...], read
+    and checked as `make row` reads them: sweep.row_sweep)."""
+    import sweep  # the loop's runner: read here only, for the settings' one reader
+    grid = sweep.row_sweep(loss, settings)["grid"]
+    args = {k.removeprefix("loss_args."): v[0] for k, v in grid.items() if k.startswith("loss_args.")}
     return method({"loss": loss, "cfg": {"loss_args": args}})
 
 
@@ -1111,8 +1107,8 @@ def leaderboard(root: str, out: str, at_delay: int = 32, frameworks: str = None,
               "sits between tiers): " + "; ".join(
                   f"{c}: " + ", ".join(method_style(m, order)[0] for m in ranked if c in result["tiers"].get(m, ""))
                   for c in letters) + "."]
-    lines += within_tier_lines(result, lambda m: method_style(m, order)[0])
-    lines += paired_lines(result, ranked, lambda m: method_style(m, order)[0])
+    label_of = lambda m: method_style(m, order)[0]
+    lines += within_tier_lines(result, label_of) + paired_lines(result, ranked, label_of)
     base = base_accuracy(runs)
     if base:
         lines += ["", f"The base model (toy_base/ before any update: its evaluation at update 0, mean over "
@@ -1128,7 +1124,7 @@ def leaderboard(root: str, out: str, at_delay: int = 32, frameworks: str = None,
     k3_view(groups, order, os.path.splitext(out)[0] + "_k3.png")
     short = os.path.splitext(out)[0] + "_short.md"
     with open(short, "w") as f:
-        f.write("\n".join(short_table(result, ranked, cells, delays, lambda m: method_style(m, order)[0])) + "\n")
+        f.write("\n".join(short_table(result, ranked, cells, delays, label_of)) + "\n")
     if frameworks and lag_map:
         with open(frameworks) as f:
             listed = yaml.safe_load(f)["frameworks"]

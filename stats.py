@@ -462,14 +462,6 @@ def _pair_p(est: np.ndarray, cov: np.ndarray, df) -> tuple:
     return pairs, np.array(p)
 
 
-def _holm_pairs(est: np.ndarray, cov: np.ndarray, df) -> tuple:
-    """([(i, j)], Holm-adjusted p-values) of every pair i < j of score differences (_pair_p)."""
-    pairs, p = _pair_p(est, cov, df)
-    if not pairs:
-        return [], np.zeros(0)
-    return pairs, multipletests(p, alpha=ALPHA, method="holm")[1]
-
-
 def letter_display(names: list, est: list, different: list) -> dict:
     """{name: letters}: a compact letter display (Piepho's insert-absorb) of the pairs found
     different; names sharing a letter are not. Letters in order of the best estimate of each
@@ -653,7 +645,7 @@ def tiers(methods: list, est, cov, df) -> dict:
     rank intervals (rank_sets)} of the scores est with covariance cov, Holm over all pairs;
     df(i, j): a pair's degrees of freedom."""
     pairs, p_raw = _pair_p(est, cov, df)
-    _, p_holm = _holm_pairs(est, cov, df)
+    p_holm = multipletests(p_raw, alpha=ALPHA, method="holm")[1] if pairs else np.zeros(0)
     different = [(methods[i], methods[j]) for (i, j), p in zip(pairs, p_holm) if p < ALPHA]
     return {"tiers": letter_display(methods, list(est), different),
             "pairs": {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_holm)},

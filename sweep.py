@@ -347,13 +347,12 @@ def row_sweep(loss: str, settings: list) -> dict:
             "grid": grid, "overrides": ladder["overrides"]}
 
 
-def run_row(loss: str, settings: list, jobs: str, cores_per_job: int = None) -> int:
+def run_row(sweep: dict, jobs: str, cores_per_job: int = None) -> int:
     """`make row`: the reference block on this processor kind where it has none (ROW_REFERENCES,
-    per_kind), then the row's runs, each kept as it finishes (a run kept already is skipped, so the
-    command continues where it stopped); prints the wall time and the machine. The sweep it ran
-    is written to runs/rows/<loss>[_<key>-<value>...].yaml."""
-    sweep = row_sweep(loss, settings)
-    name = loss + "".join(f"_{k.split('.')[-1]}-{v[0]}" for k, v in sweep["grid"].items()
+    per_kind), then the row's runs (`sweep`, from row_sweep), each kept as it finishes (a run kept
+    already is skipped, so the command continues where it stopped); prints the wall time and the
+    machine. The sweep it ran is written to runs/rows/<loss>[_<key>-<value>...].yaml."""
+    name = sweep["grid"]["loss"][0] + "".join(f"_{k.split('.')[-1]}-{v[0]}" for k, v in sweep["grid"].items()
                           if k not in ("loss", "delay", "seed"))
     path = os.path.join(HERE, "runs", "rows", f"{name}.yaml")
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -828,26 +827,26 @@ def main(argv=None) -> None:
         parser.error(f"--jobs must be a number >= 1 or auto, got {args.jobs!r}")
     if args.cores_per_job is not None and args.cores_per_job < 1:
         parser.error(f"--cores-per-job must be >= 1, got {args.cores_per_job}")
-    if args.row:
-        settings = [args.sweep, *args.settings] if args.sweep else args.settings
+    if args.row:  # --print lists the row's runs (its reference block is per machine)
         try:
-            if args.print:  # the row's runs, one command each (the reference block is per machine)
-                row = row_sweep(args.row, settings)
-                for _, overrides in expand(row):
-                    print(" ".join(["python", "train.py", row["config"], *map(shlex.quote, overrides)]))
-                return
-            sys.exit(run_row(args.row, settings, args.jobs, args.cores_per_job))
+            sweep = row_sweep(args.row, [args.sweep, *args.settings] if args.sweep else args.settings)
         except ValueError as e:
             sys.exit(f"error: {e}")
-    if not args.sweep:
+    elif not args.sweep:
         parser.error("name a sweep file (or --row LOSS)")
-    with open(args.sweep) as f:
-        sweep = yaml.load(f, Loader=config.YAML_LOADER)
+    else:
+        with open(args.sweep) as f:
+            sweep = yaml.load(f, Loader=config.YAML_LOADER)
     if args.print:
         for _, overrides in expand(sweep):
             config.load_config(sweep["config"], overrides)  # a bad run fails here, not on a node
             print(" ".join(["python", "train.py", sweep["config"], *map(shlex.quote, overrides)]))
         return
+    if args.row:
+        try:
+            sys.exit(run_row(sweep, args.jobs, args.cores_per_job))
+        except ValueError as e:
+            sys.exit(f"error: {e}")
     if args.slurm:
         if sweep.get("per_kind"):
             sys.exit("error: per_kind: true picks the runs by the processor they run on: run it there, not through SLURM")
