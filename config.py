@@ -22,6 +22,10 @@ DEFAULTS_PATH = os.path.join(HERE, "configs", "defaults.yaml")
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# Mappings that a config replaces whole (their keys are values: digit and term counts)
+WEIGHT_MAPS = ("toy_digits", "toy_terms")
+
+
 def _merge(base: dict, override: dict, where: str) -> dict:
     out = dict(base)
     for key, value in override.items():
@@ -30,7 +34,7 @@ def _merge(base: dict, override: dict, where: str) -> dict:
             raise ValueError(f"unknown config key '{where}{key}'"
                            + (f" (did you mean {', '.join(near)}?)" if near else "")
                            + f"; every key is listed in {DEFAULTS_PATH}")
-        if isinstance(base[key], dict) and key not in ("toy_digits",):
+        if isinstance(base[key], dict) and key not in WEIGHT_MAPS:
             if not isinstance(value, dict):
                 raise TypeError(f"config key {where}{key} must be a mapping, got {value!r}")
             out[key] = _merge(base[key], value, f"{where}{key}.")
@@ -89,7 +93,7 @@ def load_config(path: str = None, overrides: list = ()) -> dict:
 
 def validate(cfg: dict) -> None:
     """Impossible values, from the config alone (types were checked while merging)."""
-    betas, digits = cfg["adam_betas"], cfg["toy_digits"]
+    betas, digits, terms = cfg["adam_betas"], cfg["toy_digits"], cfg["toy_terms"]
     checks = [
         (cfg["loss"] in losses.LOSSES, f"loss must be one of {sorted(losses.LOSSES)}"),
         (cfg["delay"] >= 0, "delay (N) must be >= 0"),
@@ -134,6 +138,10 @@ def validate(cfg: dict) -> None:
          and all(isinstance(w, (int, float)) and w >= 0 for w in digits.values())
          and sum(digits.values()) > 0,
          f"toy_digits must map digit counts >= 1 to weights >= 0 with a positive sum, got {digits!r}"),
+        (len(terms) > 0 and all(isinstance(t, int) and t >= 2 for t in terms)
+         and all(isinstance(w, (int, float)) and w >= 0 for w in terms.values())
+         and sum(terms.values()) > 0,
+         f"toy_terms must map term counts >= 2 to weights >= 0 with a positive sum, got {terms!r}"),
         (cfg["max_tokens"] >= 1 and cfg["eval_max_tokens"] >= 1,
          "max_tokens and eval_max_tokens must be >= 1"),
         (cfg["temperature"] > 0, "temperature must be > 0 (behavior log-probs need a sampling "
@@ -182,18 +190,22 @@ RESUMABLE_CHANGES = ("out_dir", "updates", "resume", "ckpt_every", "keep_checkpo
 
 def config_differences(old: dict, new: dict) -> list:
     """'key: old -> new' for every key that differs, nested keys dotted, RESUMABLE_CHANGES (top
-    level or dotted) left out."""
+    level or dotted) left out. A key the old config lacks reads as its default in defaults.yaml:
+    a knob added since the run started, at its default, is the run's old behaviour."""
     def flat(d, where=""):
         out = {}
         for k, v in d.items():
             if f"{where}{k}" in RESUMABLE_CHANGES:
                 continue
-            if isinstance(v, dict) and k != "toy_digits":
+            if isinstance(v, dict) and k not in WEIGHT_MAPS:
                 out.update(flat(v, f"{where}{k}."))
             else:
                 out[f"{where}{k}"] = v
         return out
+    with open(DEFAULTS_PATH) as f:
+        defaults = flat(yaml.load(f, Loader=YAML_LOADER))
     a, b = flat(old), flat(new)
+    a.update({k: defaults[k] for k in set(b) - set(a) if k in defaults})
     return [f"{k}: {a.get(k, '(absent)')!r} -> {b.get(k, '(absent)')!r}"
             for k in sorted(set(a) | set(b)) if a.get(k, "(absent)") != b.get(k, "(absent)")]
 

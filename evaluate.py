@@ -19,8 +19,9 @@ The same functions run inside train.py on the engine's current weights (no reloa
 Benchmarks: `toy` (synthetic sums), a name in the config's `benchmarks` table (hub data set via
 `datasets`, or the entry's local `file`), or a JSONL file (one problem per line, fields
 `problem`, `answer`, optional `id`), given as a path or as NAME=PATH. The toy benchmark also
-reports mean@k by digit count (eval/toy/d1/mean@k ... d4): its sums of two digits or more are
-held out of the training stream, its one-digit sums are not (tasks.toy_held_out says why). Every evaluation yields
+reports mean@k by digit count (eval/toy/d1/mean@k ... d4), and the long toy's by term count
+(eval/toy/t6/mean@k ... t9): its sums of two digits or more are held out of the training stream,
+its one-digit sums are not (tasks.toy_held_out says why). Every evaluation yields
 per-problem records {benchmark, id, n, correct, response_len_mean, truncated}; from the records
 of the base model (p0 = correct / n) `difficulty_metrics` computes the study's split: problems
 solved part of the time (0 < p0 <= 0.75) and problems never solved in n samples.
@@ -156,6 +157,9 @@ def evaluate(sampler, name: str, problems: list, n: int, max_tokens: int,
     for d in sorted({p["digits"] for p in problems if "digits" in p}):  # the toy's difficulty
         part = [r for p, r in zip(problems, records) if p.get("digits") == d]
         metrics[f"eval/{name}/d{d}/mean@{k}"] = summarize(name, part, k)[f"eval/{name}/mean@{k}"]
+    for t in sorted({p["terms"] for p in problems if "terms" in p}):  # the long toy's length
+        part = [r for p, r in zip(problems, records) if p.get("terms") == t]
+        metrics[f"eval/{name}/t{t}/mean@{k}"] = summarize(name, part, k)[f"eval/{name}/mean@{k}"]
     metrics.update({f"time/eval/{name}/generate": t1 - t0, f"time/eval/{name}/grade": t2 - t1})
     return metrics, records
 

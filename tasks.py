@@ -51,37 +51,96 @@ def math_prompt(problem: str, template: str = "math") -> str:
 # ----------------------------------------------------------------------------- the toy task
 
 TOY_DIGITS = {1: 0.2, 2: 0.4, 3: 0.3, 4: 0.1}  # default digits -> weight of training/eval problems
+TOY_TERMS = {2: 1}  # default number of terms -> weight: a sum of two numbers, answered in one box
 
 
-def toy_problem(rng: random.Random, digits: int) -> dict:
-    """One sum of two `digits`-digit integers, answer in \\boxed{}."""
+def toy_problem(rng: random.Random, digits: int, terms: int = 2) -> dict:
+    """One sum of `terms` `digits`-digit integers, answer in \\boxed{}. A sum of more than two
+    terms records its term count ("terms"), for its worked answer and the evaluation's split."""
     low = 0 if digits == 1 else 10 ** (digits - 1)
-    a, b = rng.randint(low, 10 ** digits - 1), rng.randint(low, 10 ** digits - 1)
-    return {"prompt": f"{a}+{b}=", "answer": str(a + b), "digits": digits}
+    operands = [rng.randint(low, 10 ** digits - 1) for _ in range(terms)]
+    problem = {"prompt": "+".join(map(str, operands)) + "=", "answer": str(sum(operands)),
+               "digits": digits}
+    return problem if terms == 2 else {**problem, "terms": terms}
 
 
-def toy_pair(problem: dict) -> tuple:
-    """The operands of a toy sum, smaller first: a+b and b+a are one problem."""
-    a, b = map(int, problem["prompt"][:-1].split("+"))
-    return min(a, b), max(a, b)
+def toy_key(problem: dict) -> tuple:
+    """The operands of a toy sum, sorted: a+b and b+a (any order of the terms) are one problem."""
+    return tuple(sorted(map(int, problem["prompt"][:-1].split("+"))))
 
 
-def toy_dataset(n: int, seed, digit_weights: dict, exclude: frozenset = frozenset()) -> list:
+def draw_toy_problem(rng: random.Random, digit_weights: dict, term_weights: dict) -> dict:
+    """A toy problem of a digit count drawn by `digit_weights` and, where `term_weights` offers
+    more than one, a term count drawn by it (one count draws nothing: the two-term stream stays
+    what it always was)."""
+    digits = rng.choices(list(digit_weights), list(digit_weights.values()))[0]
+    terms = next(iter(term_weights)) if len(term_weights) == 1 else \
+        rng.choices(list(term_weights), list(term_weights.values()))[0]
+    return toy_problem(rng, digits, terms)
+
+
+def toy_dataset(n: int, seed, digit_weights: dict, exclude: frozenset = frozenset(),
+                term_weights: dict = None) -> list:
     """`n` toy problems drawn by random.Random(seed); `digit_weights` maps number of digits ->
-    sampling weight. A sum whose operands (in either order) are in `exclude` is drawn again."""
+    sampling weight, `term_weights` number of terms -> weight (default TOY_TERMS). A sum whose
+    operands (in any order, toy_key) are in `exclude` is drawn again."""
     rng = random.Random(seed)
-    digits = list(digit_weights)
-    weights = [digit_weights[d] for d in digits]
     problems = []
     while len(problems) < n:
-        problem = toy_problem(rng, rng.choices(digits, weights)[0])
-        if toy_pair(problem) not in exclude:
+        problem = draw_toy_problem(rng, digit_weights, term_weights or TOY_TERMS)
+        if toy_key(problem) not in exclude:
             problems.append(problem)
     return problems
 
 
-def toy_response(problem: dict) -> str:
-    return "\\boxed{" + problem["answer"] + "}"
+def partial_sums(problem: dict, slip: float = 0.0, rng: random.Random = None) -> list:
+    """The worked lines of a sum of more than two terms: "s+a=t", one per term after the first,
+    each starting from the line before. With `slip` > 0 (the base model's warm-up data), each
+    line's result is off by one digit with that probability, and the slip carries into every
+    later line, as a slip in long addition does."""
+    first, *rest = map(int, problem["prompt"][:-1].split("+"))
+    lines, total = [], first
+    for a in rest:
+        result = total + a
+        if slip and rng.random() < slip:
+            result = int(_near_miss(rng, str(result)))
+        lines.append(f"{total}+{a}={result}")
+        total = result
+    return lines
+
+
+def toy_response(problem: dict, slip: float = 0.0, rng: random.Random = None) -> str:
+    """The correct response (with `slip`: the warm-up's noisy one): a two-term sum is answered
+    in one box; a longer one writes every partial sum on its own line, then boxes the last."""
+    if problem.get("terms", 2) == 2:
+        return "\\boxed{" + problem["answer"] + "}"
+    lines = partial_sums(problem, slip, rng)
+    return "\n".join(lines) + "\n\\boxed{" + lines[-1].split("=")[1] + "}"
+
+
+def toy_longest(digit_weights: dict, term_weights: dict) -> dict:
+    """The toy problem with the longest prompt and correct response the weights can draw: the
+    most terms of the most digits, every one 9...9."""
+    digits = max(d for d, w in digit_weights.items() if w > 0)
+    terms = max(t for t, w in term_weights.items() if w > 0)
+    problem = {"prompt": "+".join(["9" * digits] * terms) + "=",
+               "answer": str(terms * (10 ** digits - 1)), "digits": digits}
+    return problem if terms == 2 else {**problem, "terms": terms}
+
+
+def check_toy_budget(cfg: dict) -> None:
+    """Refuse a toy config with worked answers (toy_terms above 2) whose max_tokens or
+    eval_max_tokens cannot hold the longest correct response and its end token: its longest
+    problems could only ever be graded wrong."""
+    if cfg["task"] != "toy" or max(cfg["toy_terms"]) == 2:
+        return
+    longest = toy_longest(cfg["toy_digits"], cfg["toy_terms"])
+    need = len(toy_response(longest)) + 1  # one token a character, and <eos>
+    for key in ("max_tokens",) + ("eval_max_tokens",) * (cfg["eval_every"] > 0):
+        if cfg[key] < need:
+            raise ValueError(f"{key}={cfg[key]} cannot hold the longest correct answer of this toy "
+                             f"({longest['prompt']} takes {need} tokens with its end token): set "
+                             f"{key} >= {need}, or draw fewer terms or digits")
 
 
 # ----------------------------------------------------------------------------- benchmarks
@@ -102,16 +161,15 @@ def toy_train_key(seed: int, index: int) -> str:
     return f"toy-train:{seed}:{index}"
 
 
-def toy_benchmark(size: int = 200, digit_weights: dict = None) -> list:
+def toy_benchmark(size: int = 200, digit_weights: dict = None, term_weights: dict = None) -> list:
     """The toy eval set: `size` distinct sums drawn by the TOY_EVAL_KEY stream."""
     rng, problems, seen = random.Random(TOY_EVAL_KEY), [], set()
-    digit_weights = digit_weights or TOY_DIGITS
+    digit_weights, term_weights = digit_weights or TOY_DIGITS, term_weights or TOY_TERMS
     digits = list(digit_weights)
-    weights = [digit_weights[d] for d in digits]
     if size > sum(81 * 10 ** (2 * d - 2) if d > 1 else 100 for d in digits):
         raise ValueError(f"eval_toy_size {size} is more than the distinct sums of {digits} digits")
     while len(problems) < size:
-        problem = toy_problem(rng, rng.choices(digits, weights)[0])
+        problem = draw_toy_problem(rng, digit_weights, term_weights)
         if problem["prompt"] not in seen:
             seen.add(problem["prompt"])
             problems.append({**problem, "id": f"toy-{len(problems)}"})
@@ -119,12 +177,14 @@ def toy_benchmark(size: int = 200, digit_weights: dict = None) -> list:
 
 
 @functools.lru_cache(maxsize=8)
-def toy_held_out(size: int, digit_items: tuple) -> frozenset:
-    """The operand pairs the toy training stream never draws: those of the evaluation set's sums
-    of two digits or more. One-digit sums are the exception: there are only 55 of them (a+b and
-    b+a alike), and the evaluation holds most, so holding them out would leave training almost
-    none. The evaluation reports them apart (eval/toy/d1/...), beside d2..d4, which are held out."""
-    return frozenset(toy_pair(p) for p in toy_benchmark(size, dict(digit_items)) if p["digits"] > 1)
+def toy_held_out(size: int, digit_items: tuple, term_items: tuple = None) -> frozenset:
+    """The operands (toy_key) the toy training stream never draws: those of the evaluation set's
+    sums of two digits or more, in any order. One-digit sums are the exception: there are only 55
+    two-term ones (a+b and b+a alike), and the evaluation holds most, so holding them out would
+    leave training almost none. The evaluation reports them apart (eval/toy/d1/...), beside
+    d2..d4, which are held out."""
+    bench = toy_benchmark(size, dict(digit_items), dict(term_items) if term_items else None)
+    return frozenset(toy_key(p) for p in bench if p["digits"] > 1)
 
 
 def resolve(entry: str, table: dict) -> tuple:
@@ -220,12 +280,13 @@ _LOADED = {}
 
 
 def load_benchmark(name: str, spec: dict, template: str = "math", toy_size: int = 200,
-                   toy_digits: dict = None) -> list:
+                   toy_digits: dict = None, toy_terms: dict = None) -> list:
     """Problems {id, prompt, answer, ...} of one benchmark; loaded once per process."""
-    key = json.dumps([name, spec, template, toy_size, toy_digits], sort_keys=True, default=str)
+    key = json.dumps([name, spec, template, toy_size, toy_digits, toy_terms], sort_keys=True,
+                     default=str)
     if key not in _LOADED:
         if spec.get("toy"):
-            problems = toy_benchmark(toy_size, toy_digits)
+            problems = toy_benchmark(toy_size, toy_digits, toy_terms)
         else:
             if spec.get("file"):
                 problems = read_jsonl(name, spec["file"], spec)
@@ -249,7 +310,7 @@ def load_config_benchmarks(cfg: dict) -> dict:
     for entry in cfg["eval_benchmarks"]:
         name, spec = resolve(entry, cfg["benchmarks"])
         out[name] = load_benchmark(name, spec, cfg["prompt_template"], cfg["eval_toy_size"],
-                                   cfg["toy_digits"])
+                                   cfg["toy_digits"], cfg["toy_terms"])
     return out
 
 
@@ -305,8 +366,10 @@ def prompts_for_batch(cfg: dict, index: int) -> list:
     takes items index*P .. index*P+P-1 of that stream."""
     P = cfg["prompts_per_update"]
     if cfg["task"] == "toy":
-        held_out = toy_held_out(cfg["eval_toy_size"], tuple(cfg["toy_digits"].items()))
-        return toy_dataset(P, toy_train_key(cfg["seed"], index), cfg["toy_digits"], held_out)
+        terms = tuple(cfg["toy_terms"].items())
+        held_out = toy_held_out(cfg["eval_toy_size"], tuple(cfg["toy_digits"].items()), terms)
+        return toy_dataset(P, toy_train_key(cfg["seed"], index), cfg["toy_digits"], held_out,
+                           cfg["toy_terms"])
     problems = train_problems(cfg)
     stream = (divmod(j, len(problems)) for j in range(index * P, (index + 1) * P))
     return [problems[epoch_order(cfg["seed"], epoch, len(problems))[pos]] for epoch, pos in stream]
@@ -325,7 +388,7 @@ def context_need(cfg: dict) -> dict:
     need = max over those prompts of (prompt tokens + its response limit). Returns {need, length,
     where, id, max_tokens (of that prompt), model_limit (max_position_embeddings)}; tokenized
     once per process (a fast tokenizer, batched)."""
-    key = json.dumps([cfg[k] for k in ("model", "task", "train_data", "prompt_template", "toy_digits",
+    key = json.dumps([cfg[k] for k in ("model", "task", "train_data", "prompt_template", "toy_digits", "toy_terms",
                                        "eval_every", "eval_benchmarks", "benchmarks",
                                        "eval_toy_size", "max_tokens", "eval_max_tokens")],
                      sort_keys=True, default=str)
@@ -340,8 +403,9 @@ def context_need(cfg: dict) -> dict:
         tokenizer, model_limit = build_tokenizer(), TOY_CONTEXT
     sets = []  # (where, problems, response limit)
     if cfg["task"] == "toy":
-        d = max(d for d, w in cfg["toy_digits"].items() if w > 0)
-        sets.append(("training", [{"id": f"a {d}-digit sum", "prompt": "9" * d + "+" + "9" * d + "="}],
+        longest = toy_longest(cfg["toy_digits"], cfg["toy_terms"])
+        what = f"{longest['terms']}-term " if "terms" in longest else ""
+        sets.append(("training", [{"id": f"a {what}{longest['digits']}-digit sum", **longest}],
                      cfg["max_tokens"]))
     else:
         sets.append(("training", train_problems(cfg), cfg["max_tokens"]))
@@ -418,6 +482,16 @@ TOY_CONTEXT = 64  # the toy base model's max_position_embeddings
 TOY_BASE = os.path.join(HERE, "toy_base")  # the shipped toy base model
 TOY_BASE_SHA256 = "f164c274f5f612d8f01a3cbfdde8aa1b8fa1ad410a13f4c89b3984c90c17addd"
 
+# The long toy's base model (configs/toy_long.yaml): the same network with a context for 6-9
+# two-digit terms and their worked answers, warmed up on worked sums of 3-9 terms whose partial
+# sums slip (one digit off, carried on) with probability `slip`.
+TOY_LONG_MODEL = {**TOY_MODEL, "max_position_embeddings": 160}
+TOY_LONG_WARMUP = dict(steps=800, batch_size=64, lr=2e-3, digit_weights={2: 1},
+                       term_weights={t: 1 for t in range(3, 10)}, slip=0.12, seed=0)
+TOY_LONG_BASE = os.path.join(HERE, "toy_long_base")
+TOY_LONG_BASE_SHA256 = None
+RECIPES = {"short": (TOY_MODEL, TOY_WARMUP), "long": (TOY_LONG_MODEL, TOY_LONG_WARMUP)}
+
 
 def weights_sha256(path: str) -> str:
     with open(os.path.join(path, "model.safetensors"), "rb") as f:
@@ -463,10 +537,10 @@ def build_base_model(path: str, model: dict = None, warmup: dict = None, log=pri
 
     tokenizer = build_tokenizer()
     torch.manual_seed(warm["seed"])
-    config = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=TOY_CONTEXT,
-                         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
-                         torch_dtype="float32", **model_kw)
+    config = Qwen3Config(vocab_size=len(tokenizer), tie_word_embeddings=True,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                         bos_token_id=tokenizer.eos_token_id, torch_dtype="float32",
+                         **{"max_position_embeddings": TOY_CONTEXT, **model_kw})
     net = Qwen3ForCausalLM(config)
     n_params = sum(p.numel() for p in net.parameters())
     log(f"building toy base model at {path}: {n_params / 1e6:.2f} M parameters, "
@@ -485,10 +559,15 @@ def build_base_model(path: str, model: dict = None, warmup: dict = None, log=pri
     return path
 
 
+def toy_recipe(cfg: dict) -> str:
+    """The base-model recipe of a toy config: long where it draws sums of more than two terms."""
+    return "long" if max(cfg["toy_terms"]) > 2 else "short"
+
+
 def prepare_model(cfg: dict) -> None:
     """Build the toy base model if the config asks for it (train.preflight refuses a missing path)."""
     if cfg["task"] == "toy" and cfg["build_toy_model"]:
-        build_base_model(cfg["model"])
+        build_base_model(cfg["model"], *RECIPES[toy_recipe(cfg)])
 
 
 def _near_miss(rng: random.Random, answer: str) -> str:
@@ -507,17 +586,20 @@ def _supervised_warmup(net, tokenizer, warm: dict, log) -> None:
     opt = torch.optim.AdamW(net.parameters(), lr=warm["lr"], weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 50) * max(0.05, 1 - s / warm["steps"]))
-    digits = list(warm["digit_weights"])
-    weights = [warm["digit_weights"][d] for d in digits]
+    terms = warm.get("term_weights", TOY_TERMS)
     net.train()
     for step in range(warm["steps"]):
         ids, labels = [], []
         for _ in range(warm["batch_size"]):
-            prob = toy_problem(rng, rng.choices(digits, weights)[0])
-            if rng.random() > warm["correct_frac"][prob["digits"]]:
-                prob["answer"] = _near_miss(rng, prob["answer"])
+            prob = draw_toy_problem(rng, warm["digit_weights"], terms)
+            if "slip" in warm:  # worked answers: each partial sum may slip
+                response = toy_response(prob, warm["slip"], rng)
+            else:  # one box: the answer is a near miss with probability 1 - correct_frac
+                if rng.random() > warm["correct_frac"][prob["digits"]]:
+                    prob["answer"] = _near_miss(rng, prob["answer"])
+                response = toy_response(prob)
             p = tokenizer.encode(prob["prompt"])
-            r = tokenizer.encode(toy_response(prob)) + [tokenizer.eos_token_id]
+            r = tokenizer.encode(response) + [tokenizer.eos_token_id]
             ids.append(p + r)
             labels.append([-100] * len(p) + r)
         width = max(map(len, ids))
@@ -535,8 +617,11 @@ def _supervised_warmup(net, tokenizer, warm: dict, log) -> None:
     net.eval()
 
 
-if __name__ == "__main__":  # rebuild the toy base model (after changing TOY_MODEL or TOY_WARMUP)
-    if len(sys.argv) != 2:
-        sys.exit("usage: python tasks.py DIR   (builds the toy base model into DIR, prints its sha256)")
-    folder = build_base_model(sys.argv[1])
-    print(f"{folder}: sha256 {weights_sha256(folder)} (TOY_BASE_SHA256 is {TOY_BASE_SHA256})")
+if __name__ == "__main__":  # rebuild a toy base model (after changing its recipe)
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["short"], ["long"]):
+        sys.exit("usage: python tasks.py DIR [short|long]   (builds the toy base model, or the long "
+                 "toy's, into DIR and prints its sha256)")
+    recipe = (sys.argv[2:] or ["short"])[0]
+    folder = build_base_model(sys.argv[1], *RECIPES[recipe])
+    shipped = {"short": TOY_BASE_SHA256, "long": TOY_LONG_BASE_SHA256}[recipe]
+    print(f"{folder}: sha256 {weights_sha256(folder)} (the shipped {recipe} model's is {shipped})")

@@ -97,11 +97,13 @@ def preflight(cfg: dict, sampler=None):
         raise FileNotFoundError(
             f"model path {cfg['model']!r} does not exist; give a Hugging Face model folder "
             f"(e.g. `hf download Qwen/Qwen3-1.7B-Base --local-dir DIR`), or for the "
-            f"toy set build_toy_model=true to build it there")
+            f"toy set build_toy_model=true to build it there (the shipped toy_base and "
+            f"toy_long_base: `git checkout -- {cfg['model']}`)")
     if os.path.isdir(cfg["model"]):
         tasks.check_model_hash(cfg["model"])
     if cfg["eval_every"] > 0:
         tasks.load_config_benchmarks(cfg)  # raises BenchmarkUnavailable, naming the fix
+    tasks.check_toy_budget(cfg)  # worked answers: the longest correct one fits max_tokens, or refuse
     tasks.max_model_len(cfg)  # every prompt and its max tokens fit the engine's context, or refuse
     need = tasks.context_need(cfg)
     if sampler is not None and sampler.max_model_len < need["need"]:

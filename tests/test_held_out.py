@@ -10,7 +10,7 @@ import tasks
 
 def test_toy_training_stream_never_draws_an_evaluation_sum():
     eval_set = tasks.toy_benchmark(200, tasks.TOY_DIGITS)
-    held_out = {tasks.toy_pair(p) for p in eval_set if p["digits"] > 1}
+    held_out = {tasks.toy_key(p) for p in eval_set if p["digits"] > 1}
     assert len(eval_set) == len({p["prompt"] for p in eval_set}) == 200  # distinct problems
     assert len(held_out) > 140  # every multi-digit evaluation sum, a+b and b+a alike
     for seed in (0, 1, 7):
@@ -19,9 +19,9 @@ def test_toy_training_stream_never_draws_an_evaluation_sum():
         for index in range(2000):
             for p in tasks.prompts_for_batch(cfg, index):
                 if p["digits"] > 1:
-                    assert tasks.toy_pair(p) not in held_out, (seed, index, p)
+                    assert tasks.toy_key(p) not in held_out, (seed, index, p)
                 else:
-                    seen_one_digit += tasks.toy_pair(p) in {tasks.toy_pair(q) for q in eval_set}
+                    seen_one_digit += tasks.toy_key(p) in {tasks.toy_key(q) for q in eval_set}
         assert seen_one_digit > 0  # the exception is real: one-digit sums are shared
     # the digit mix of training is still toy_digits' (the held-out pairs are a sliver of each)
     digits = [p["digits"] for i in range(500) for p in tasks.prompts_for_batch(cfg, i)]

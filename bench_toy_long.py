@@ -1,0 +1,94 @@
+"""What a long-toy run costs beside a short-toy run, phase by phase, and what its grid costs.
+
+    python bench_toy_long.py [--updates 24] [--loss grpo_tis] [--delay 8] [--out FILE.md]
+
+Runs each toy (configs/toy.yaml, configs/toy_long.yaml) for --updates updates in a process of its
+own pinned to one core (one thread: the sweeps' geometry), with one evaluation at update 0, and
+reads the phases the loop logs (time/generate, time/learn, time/sync, time/update) from its
+metrics.jsonl: the median over the updates after the first two (warm-up), and the evaluation's
+seconds. Then a run's cost at each toy's sweep settings (the short table's 300 updates with
+evaluations at 0, 260, 280, 300; the long grid's 200 with 0, 160, 180, 200) and the hours of the
+long grid (lab sweep leaderboard_long_toy) on one core. Prints a Markdown table (and writes it to
+--out) with the machine it ran on.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOYS = {"short": ("configs/toy.yaml", 300, [0, 260, 280, 300]),
+        "long": ("configs/toy_long.yaml", 200, [0, 160, 180, 200])}
+PHASES = ["generate", "learn", "sync", "update"]
+LONG_GRID = "configs/sweep_leaderboard_long_toy.yaml"
+
+
+def processor() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def measure(toy: str, updates: int, loss: str, delay: int, out_dir: str) -> dict:
+    """{phase: median seconds, "eval": seconds, "tokens": mean response tokens} of one run."""
+    path = TOYS[toy][0]
+    core = sorted(os.sched_getaffinity(0))[0]
+    cmd = [sys.executable, os.path.join(HERE, "train.py"), os.path.join(HERE, path), f"loss={loss}",
+           f"delay={delay}", f"updates={updates}", "eval_every=0", "eval_from=0",
+           f"out_dir={out_dir}", "cpu_matmul=onednn"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(cmd, check=True, cwd=HERE, env=env, stdout=subprocess.DEVNULL,
+                   preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    steady = [r for r in rows if "time/update" in r][2:]
+    out = {p: statistics.median(r[f"time/{p}"] for r in steady) for p in PHASES}
+    evals = [r for r in rows if any(k.startswith("time/eval/") for k in r)]
+    out["eval"] = sum(v for k, v in evals[0].items() if k.startswith("time/eval/"))
+    out["tokens"] = statistics.mean(r["response_len_mean"] for r in steady)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--updates", type=int, default=24)
+    p.add_argument("--loss", default="grpo_tis")
+    p.add_argument("--delay", type=int, default=8)
+    p.add_argument("--out")
+    args = p.parse_args(argv)
+    sys.path.insert(0, HERE)
+    import sweep
+    got = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for toy in TOYS:
+            got[toy] = measure(toy, args.updates, args.loss, args.delay, os.path.join(tmp, toy))
+    s, l = got["short"], got["long"]
+    run = {toy: TOYS[toy][1] * got[toy]["update"] + len(TOYS[toy][2]) * got[toy]["eval"] for toy in TOYS}
+    with open(os.path.join(HERE, LONG_GRID)) as f:
+        runs = len(sweep.expand(yaml.safe_load(f)))
+    lines = [f"{args.loss} at N = {args.delay}, {args.updates} updates a toy, one process pinned to "
+             f"one core of: {processor()} ({os.cpu_count()} cores)", "",
+             "| | short | long | long / short |", "| --- | --- | --- | --- |",
+             f"| response tokens (mean) | {s['tokens']:.1f} | {l['tokens']:.1f} | {l['tokens'] / s['tokens']:.1f} |"]
+    lines += [f"| {p}, s/update | {s[p]:.3f} | {l[p]:.3f} | {l[p] / s[p]:.1f} |" for p in PHASES]
+    lines += [f"| one evaluation, s | {s['eval']:.1f} | {l['eval']:.1f} | {l['eval'] / s['eval']:.1f} |",
+              f"| one sweep run, s | {run['short']:.0f} | {run['long']:.0f} | {run['long'] / run['short']:.1f} |",
+              "", f"The long grid ({LONG_GRID}): {runs} runs, about {runs * run['long'] / 3600:.1f} "
+                  f"core-hours on this processor."]
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
