@@ -489,7 +489,7 @@ TOY_LONG_MODEL = {**TOY_MODEL, "max_position_embeddings": 160}
 TOY_LONG_WARMUP = dict(steps=800, batch_size=64, lr=2e-3, digit_weights={2: 1},
                        term_weights={t: 1 for t in range(3, 10)}, slip=0.12, seed=0)
 TOY_LONG_BASE = os.path.join(HERE, "toy_long_base")
-TOY_LONG_BASE_SHA256 = None
+TOY_LONG_BASE_SHA256 = "08c796ad391e74d45a144cdbe5344b6a4e2929927212ff3dab2c54fe0589845c"
 RECIPES = {"short": (TOY_MODEL, TOY_WARMUP), "long": (TOY_LONG_MODEL, TOY_LONG_WARMUP)}
 
 

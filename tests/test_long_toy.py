@@ -20,7 +20,7 @@ LONG = os.path.join(ROOT, "configs", "toy_long.yaml")
 
 def long_config(tmp_path, **overrides):
     cfg = config.load_config(LONG)
-    cfg.update(out_dir=str(tmp_path / "run"), model=tasks.TOY_LONG_BASE, **overrides)
+    cfg.update({"out_dir": str(tmp_path / "run"), "model": tasks.TOY_LONG_BASE, **overrides})
     config.validate(cfg)
     return cfg
 
@@ -113,7 +113,9 @@ def test_a_missing_or_altered_long_base_model_is_refused(tmp_path):
 def test_the_shipped_long_base_model_is_its_recipe_and_hash():
     info = json.load(open(os.path.join(tasks.TOY_LONG_BASE, "build_info.json")))
     assert tasks.weights_sha256(tasks.TOY_LONG_BASE) == info["sha256"] == tasks.TOY_LONG_BASE_SHA256
-    recipe = json.loads(json.dumps({"model": tasks.TOY_LONG_MODEL, "warmup": tasks.TOY_LONG_WARMUP}))
+    # build_base_model's recipe: its arguments over the toy's defaults (correct_frac unused here)
+    recipe = json.loads(json.dumps({"model": {**tasks.TOY_MODEL, **tasks.TOY_LONG_MODEL},
+                                    "warmup": {**tasks.TOY_WARMUP, **tasks.TOY_LONG_WARMUP}}))
     assert {"model": info["model"], "warmup": info["warmup"]} == recipe
     assert json.load(open(os.path.join(tasks.TOY_LONG_BASE, "config.json")))[
         "max_position_embeddings"] >= tasks.context_need(config.load_config(LONG))["need"]
