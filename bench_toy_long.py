@@ -6,7 +6,7 @@ Runs each toy (configs/toy.yaml, configs/toy_long.yaml) for --updates updates in
 own pinned to one core (one thread: the sweeps' geometry), with one evaluation at update 0, and
 reads the phases the loop logs (time/generate, time/learn, time/sync, time/update) from its
 metrics.jsonl: the median over the updates after the first two (warm-up), and the evaluation's
-seconds. Then a run's cost at each toy's sweep settings (the short table's 300 updates with
+seconds (the updates that sample: the last N of a run only drain the queue). Then a run's cost at each toy's sweep settings (the short table's 300 updates with
 evaluations at 0, 260, 280, 300; the long grid's 200 with 0, 160, 180, 200) and the hours of the
 long grid (lab sweep leaderboard_long_toy) on one core. Prints a Markdown table (and writes it to
 --out) with the machine it ran on.
@@ -49,7 +49,8 @@ def measure(toy: str, updates: int, loss: str, delay: int, out_dir: str) -> dict
                    preexec_fn=lambda: os.sched_setaffinity(0, {core}))
     with open(os.path.join(out_dir, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f]
-    steady = [r for r in rows if "time/update" in r][2:]
+    # the updates that sample (the last N only drain the queue), after two of warm-up
+    steady = [r for r in rows if "time/generate" in r][2:]
     out = {p: statistics.median(r[f"time/{p}"] for r in steady) for p in PHASES}
     evals = [r for r in rows if any(k.startswith("time/eval/") for k in r)]
     out["eval"] = sum(v for k, v in evals[0].items() if k.startswith("time/eval/"))
