@@ -164,7 +164,7 @@ tables: .venv/ready
 figs: demo fig3 fig4 fig8 fig10
 
 test: .venv/ready
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests bench/tests
 
 clean:
 	rm -rf .venv runs

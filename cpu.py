@@ -121,7 +121,7 @@ def cpu_matmul_backend(choice: str) -> tuple:
     """(backend, why) for cpu_matmul = `choice`; auto is a rule over the processor, the same on
     every start on one machine (a timing race would not be, and the backend decides the learner's
     rounding); each case is the faster backend where it was measured (docs/speed.md, "The CPU
-    matmul rule"; `bench.py --compare-cpu-matmul` measures it on the machine at hand):
+    matmul rule"; `bench/bench.py --compare-cpu-matmul` measures it on the machine at hand):
       - x86 Intel (GenuineIntel): torch. MKL takes its widest path there.
       - x86 other vendors (AMD) with AVX-512: onednn. MKL picks its code path by vendor and
         takes AVX2 on AMD, oneDNN by the processor's instruction sets.

@@ -215,7 +215,7 @@ def test_onednn_linears_fall_back_where_the_op_is_missing(monkeypatch):
 
 def test_a_cpu_learner_gets_its_threads_back_whatever_device_the_engine_is_on(tmp_path, monkeypatch):
     """vLLM sets torch to 1 thread when its engine starts (on a GPU, on purpose, for serving): a
-    learner on the CPU (device=cpu, or rehearse_gpu_path.py's) gets its threads back even when a
+    learner on the CPU (device=cpu, or bench/rehearse_gpu_path.py's) gets its threads back even when a
     GPU is present; a GPU learner leaves vLLM's choice. torch's thread count and the engine are
     stand-ins here (no engine starts), the device is a monkeypatched torch.cuda.is_available."""
     threads = {"n": 8}

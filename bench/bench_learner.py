@@ -1,10 +1,10 @@
 """The learner at the study's shape, without vLLM: memory and time of train.learn().
 
-    python bench_learner.py memory [--layers 2] [--group-size 2]       # CPU: chunked vs not
-    python bench_learner.py update [--layers 28] [--groups 8]          # GPU: one update per objective
-    python bench_learner.py update --layers 2 --groups 2 --max-tokens 1024   # the same, CPU-sized
-    python bench_learner.py loop                                       # GPU: train.py's loop, no vLLM
-    python bench_learner.py check                                      # GPU: the box's check, < 8 min
+    python bench/bench_learner.py memory [--layers 2] [--group-size 2]       # CPU: chunked vs not
+    python bench/bench_learner.py update [--layers 28] [--groups 8]          # GPU: one update per objective
+    python bench/bench_learner.py update --layers 2 --groups 2 --max-tokens 1024   # the same, CPU-sized
+    python bench/bench_learner.py loop                                       # GPU: train.py's loop, no vLLM
+    python bench/bench_learner.py check                                      # GPU: the box's check, < 8 min
 
 A random-init Qwen3 with Qwen3-1.7B-Base's shape (hidden 2048, 16 heads, 8 KV heads, vocabulary
 151,936, tied embeddings; --layers of its 28) is saved to a temporary folder and loaded by the
@@ -64,7 +64,7 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 NOT_ON_THE_BOX = ("vllm", "datasets", "math_verify")  # the GPU box has none of them
 QWEN3_1_7B = dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                   num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
@@ -96,7 +96,7 @@ def memory_now_and_peak() -> tuple:
 def run_config(args, overrides=()) -> dict:
     import config
     import torch
-    cfg = config.load_config(os.path.join(HERE, "configs", "qwen3_1.7b_base.yaml"), [
+    cfg = config.load_config(os.path.join(ROOT, "configs", "qwen3_1.7b_base.yaml"), [
         f"model={args.model_dir}", "device=auto", f"max_tokens={args.max_tokens}",
         f"group_size={args.group_size}",
         f"micro_batch_size={args.group_size}"] + list(overrides))
@@ -274,7 +274,7 @@ def loop(args) -> dict:
     import train
 
     on_gpu = torch.cuda.is_available()
-    cfg = config.load_config(os.path.join(HERE, "configs", "qwen3_1.7b_quick.yaml"), [
+    cfg = config.load_config(os.path.join(ROOT, "configs", "qwen3_1.7b_quick.yaml"), [
         f"model={args.model_dir}", f"out_dir={os.path.join(args.tmp, 'run')}", "task=toy",
         "sampler=transformers", "device=auto", "delay=1", "updates=3", "eval_every=0",
         "ckpt_every=0", "keep_checkpoints=1", "loss=grpo", "stop_strings=[]",
@@ -499,7 +499,7 @@ def main() -> None:
     p.add_argument("--dir", help="the folder for the model and checkpoints (default: the "
                                  "writable one with the most free space)")
     args = p.parse_args()
-    sys.path.insert(0, HERE)
+    sys.path.insert(0, ROOT)
     if args.mode.startswith("_child"):
         return child(args)
     import torch

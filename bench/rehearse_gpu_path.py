@@ -1,6 +1,6 @@
 """The study's GPU path rehearsed on the CPU at Qwen3-1.7B-Base's real shape, through the real engine.
 
-    python rehearse_gpu_path.py [--layers 2] [--updates 4] [--keep DIR] [--check-exact]
+    python bench/rehearse_gpu_path.py [--layers 2] [--updates 4] [--keep DIR] [--check-exact]
 
 A random-init Qwen3 with Qwen3-1.7B-Base's config (width 2048, 16 query / 8 KV heads of 128,
 MLP 6144, vocabulary 151,936, tied embeddings, RoPE theta 1e6) but --layers of its 28 layers,
@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 QWEN3_1_7B = dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                   num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
                   max_position_embeddings=32768, rope_theta=1_000_000, rms_norm_eps=1e-6,
@@ -43,7 +43,7 @@ def build_tokenizer(vocab_size: int = QWEN3_1_7B["vocab_size"]):
 
     texts = []
     for name in ("mini_math.jsonl", "mini_aime.jsonl"):
-        with open(os.path.join(HERE, "tests", "fixtures", name)) as f:
+        with open(os.path.join(ROOT, "tests", "fixtures", name)) as f:
             texts += [tasks.math_prompt(json.loads(line)["problem"]) for line in f if line.strip()]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -86,7 +86,7 @@ def run(argv: list, log: str, stop_after: int = None, metrics: str = None) -> tu
     (exit code, wall seconds, peak resident set in GiB)."""
     t0 = time.perf_counter()
     with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "train.py")] + argv, cwd=HERE,
+        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py")] + argv, cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=err)
         while stop_after is not None and proc.poll() is None:
             if os.path.exists(metrics) and any(json.loads(line)["update"] >= stop_after
@@ -106,15 +106,15 @@ def main() -> None:
     p.add_argument("--check-exact", action="store_true",
                    help="also run it without a stop and compare metrics.jsonl (every non-time key)")
     args = p.parse_args()
-    sys.path.insert(0, HERE)
+    sys.path.insert(0, ROOT)
     root = args.keep or tempfile.mkdtemp(prefix="rehearsal-")
     model, out = os.path.join(root, "model"), os.path.join(root, "run")
     t0 = time.perf_counter()
     if not os.path.exists(os.path.join(model, "config.json")):
         build_model(model, args.layers)
     print(f"model and tokenizer built in {time.perf_counter() - t0:.0f} s: {model}", flush=True)
-    fixtures = os.path.join(HERE, "tests", "fixtures")
-    argv = [os.path.join(HERE, "configs", "qwen3_1.7b_quick.yaml"), f"model={model}",
+    fixtures = os.path.join(ROOT, "tests", "fixtures")
+    argv = [os.path.join(ROOT, "configs", "qwen3_1.7b_quick.yaml"), f"model={model}",
             f"out_dir={out}", "device=cpu", f"train_data.file={fixtures}/mini_math.jsonl",
             f"eval_benchmarks=[mini_aime={fixtures}/mini_aime.jsonl]", "eval_n=2",
             f"eval_every={args.updates}", "eval_max_tokens=32", "max_tokens=32", "delay=2",

@@ -1,11 +1,11 @@
 """How close the loop runs to the engine's pace, phase by phase.
 
-    python bench.py [--models toy,big,floor] [--repeats 5] [--losses grpo,ggpo] [--out bench.json]
-    python bench.py --profile 50            # cProfile of 50 toy updates: where the time goes
-    python bench.py --compare REF [--rounds 3]   # this checkout against git commit REF, alternately
-    python bench.py --compare-samplers [--rounds 3]   # sampler=vllm against sampler=transformers
-    python bench.py --compare-cpu-matmul [--rounds 3]   # the learner with onednn and torch matmuls
-    python bench.py --vs-trl [--rounds 3]   # toy GRPO here against TRL's GRPOTrainer (HF generate)
+    python bench/bench.py [--models toy,big,floor] [--repeats 5] [--losses grpo,ggpo] [--out bench.json]
+    python bench/bench.py --profile 50            # cProfile of 50 toy updates: where the time goes
+    python bench/bench.py --compare REF [--rounds 3]   # this checkout against git commit REF, alternately
+    python bench/bench.py --compare-samplers [--rounds 3]   # sampler=vllm against sampler=transformers
+    python bench/bench.py --compare-cpu-matmul [--rounds 3]   # the learner with onednn and torch matmuls
+    python bench/bench.py --vs-trl [--rounds 3]   # toy GRPO here against TRL's GRPOTrainer (HF generate)
 
 An update cannot be faster than (a) generating its rollouts plus (b) one forward/backward pass
 of the learner over them; everything else is overhead. For each model, in one process of its
@@ -44,10 +44,10 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = {"toy": os.path.join(HERE, "toy_base"),
-          "big": os.path.join(HERE, "artifacts", "bench_big"),
-          "floor": os.path.join(HERE, "artifacts", "bench_floor")}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+MODELS = {"toy": os.path.join(ROOT, "toy_base"),
+          "big": os.path.join(ROOT, "artifacts", "bench_big"),
+          "floor": os.path.join(ROOT, "artifacts", "bench_floor")}
 # the `big` model: tens of millions of parameters, still CPU-sized (about 25 M with vocab 98)
 BIG = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
            num_key_value_heads=4, head_dim=64)
@@ -137,7 +137,7 @@ def bench_model(name: str, path: str, repeats: int, losses: list) -> dict:
         build_model(path, SHAPES[name])
 
     def run_config(round_, loss):
-        return config.load_config(os.path.join(HERE, "configs", "toy.yaml"), [
+        return config.load_config(os.path.join(ROOT, "configs", "toy.yaml"), [
             f"model={path}", f"out_dir={tempfile.mkdtemp(prefix='bench-')}", "delay=0",
             "eval_every=0", f"loss={loss}", "updates=2", f"seed={round_}",
             f"build_toy_model={str(name == 'toy').lower()}",
@@ -321,7 +321,7 @@ def profile_updates(updates: int, top: int) -> None:
     import rollout
     import train
 
-    cfg = config.load_config(os.path.join(HERE, "configs", "toy.yaml"), [
+    cfg = config.load_config(os.path.join(ROOT, "configs", "toy.yaml"), [
         "delay=0", "eval_every=0", f"updates={10 + updates}", f"out_dir={tempfile.mkdtemp(prefix='bench-')}"])
     sampler = rollout.make_sampler(cfg)
     train.train({**cfg, "updates": 10}, sampler=sampler)  # warm-up
@@ -350,20 +350,20 @@ def compare_commits(ref: str, rounds: int) -> None:
     """The toy speed contract: on-policy toy GRPO (16 x 8, 16 tokens, eval off, 60 updates) run
     by this checkout's train.py and by commit `ref`'s (a git worktree under artifacts/), one
     process at a time and alternately, `rounds` times each (compare_runs). Same venv for both."""
-    sha = subprocess.run(["git", "rev-parse", "--short", ref], cwd=HERE, check=True,
+    sha = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout.strip()
-    ref_dir = os.path.join(HERE, "artifacts", f"bench_ref-{sha}")
+    ref_dir = os.path.join(ROOT, "artifacts", f"bench_ref-{sha}")
     if not os.path.isdir(ref_dir):
-        subprocess.run(["git", "worktree", "add", "--detach", ref_dir, sha], cwd=HERE, check=True,
+        subprocess.run(["git", "worktree", "add", "--detach", ref_dir, sha], cwd=ROOT, check=True,
                        capture_output=True)
-    compare_runs({f"commit {sha}": (ref_dir, []), "this checkout": (HERE, [])}, rounds)
+    compare_runs({f"commit {sha}": (ref_dir, []), "this checkout": (ROOT, [])}, rounds)
 
 
 def compare_samplers(rounds: int) -> None:
     """The same toy runs as compare_commits, in this checkout, with sampler=vllm and with
     sampler=transformers, alternately."""
-    compare_runs({"sampler=vllm": (HERE, ["sampler=vllm"]),
-                  "sampler=transformers": (HERE, ["sampler=transformers"])}, rounds)
+    compare_runs({"sampler=vllm": (ROOT, ["sampler=vllm"]),
+                  "sampler=transformers": (ROOT, ["sampler=transformers"])}, rounds)
 
 
 def compare_cpu_matmul(rounds: int, batches: int = 8) -> None:
@@ -381,7 +381,7 @@ def compare_cpu_matmul(rounds: int, batches: int = 8) -> None:
     import train
 
     backend, why = cpu.cpu_matmul_backend("auto")
-    cfg = config.load_config(os.path.join(HERE, "configs", "toy.yaml"), [
+    cfg = config.load_config(os.path.join(ROOT, "configs", "toy.yaml"), [
         "delay=0", "eval_every=0", "loss=grpo", f"out_dir={tempfile.mkdtemp(prefix='bench-')}"])
     sampler = rollout.make_sampler(cfg)
     pad_id = sampler.tokenizer.pad_token_id
@@ -405,7 +405,7 @@ def compare_cpu_matmul(rounds: int, batches: int = 8) -> None:
 
 
 TRL_VERSION = "1.16.0"
-TRL_VENV = os.path.join(HERE, "artifacts", "venv-trl")
+TRL_VENV = os.path.join(ROOT, "artifacts", "venv-trl")
 
 
 def trl_python() -> str:
@@ -428,13 +428,13 @@ def trl_python() -> str:
 
 
 def trl_child(job_path: str, out_path: str) -> None:
-    """bench.py --trl-child (in the TRL venv): TRL's GRPOTrainer with HF generate on the toy
+    """bench/bench.py --trl-child (in the TRL venv): TRL's GRPOTrainer with HF generate on the toy
     model, prompts and reward of the job file, one optimizer step per batch of 16 prompts x 8
     responses; per step its seconds and the seconds of its generation, to out_path."""
     import datasets
     import torch
     import trl
-    sys.path.insert(0, HERE)
+    sys.path.insert(0, ROOT)
     from grading import _quick_grade, last_boxed  # the toy's reward, as the project grades it
 
     with open(job_path) as f:
@@ -491,9 +491,9 @@ def compare_trl(rounds: int) -> None:
     import tasks
     python = trl_python()
     out_dir = tempfile.mkdtemp(prefix="bench-trl-job-")
-    cfg = config.load_config(os.path.join(HERE, COMPARE_RUN[0]), COMPARE_RUN[1:] + [f"out_dir={out_dir}"])
+    cfg = config.load_config(os.path.join(ROOT, COMPARE_RUN[0]), COMPARE_RUN[1:] + [f"out_dir={out_dir}"])
     job = {k: cfg[k] for k in ("model", "group_size", "max_tokens", "temperature", "lr", "grad_clip")}
-    job["model"] = os.path.abspath(os.path.join(HERE, cfg["model"]))
+    job["model"] = os.path.abspath(os.path.join(ROOT, cfg["model"]))
     job["batches"] = [[{"prompt": p["prompt"], "answer": p["answer"]} for p in tasks.prompts_for_batch(cfg, i)]
                       for i in range(cfg["updates"])]
     job_path = os.path.join(out_dir, "job.json")
@@ -501,11 +501,11 @@ def compare_trl(rounds: int) -> None:
         json.dump(job, f)
     result = {"project": [], "trl": []}
     for round_ in range(rounds):
-        ours = compare_runs({"this project": (HERE, [])}, 1, quiet=True)["this project"]
+        ours = compare_runs({"this project": (ROOT, [])}, 1, quiet=True)["this project"]
         result["project"].append(ours)
         t0 = time.perf_counter()
         out = os.path.join(out_dir, "trl.json")
-        done = subprocess.run([python, __file__, "--trl-child", job_path, "--out", out], cwd=HERE,
+        done = subprocess.run([python, __file__, "--trl-child", job_path, "--out", out], cwd=ROOT,
                               capture_output=True, text=True)
         if done.returncode:
             sys.exit(f"TRL run failed:\n{done.stderr[-5000:]}")
@@ -634,9 +634,9 @@ def main() -> None:
             others = busy_cpu_seconds() - busy0 - (children_cpu_seconds() - ours0)
             results[name]["other_processes_cpus"] = max(0.0, others) / (time.time() - t0)
         print_result(name, results[name])
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                 capture_output=True, text=True).stdout.strip())
     report = {"commit": commit + ("+dirty" if dirty else ""), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
               "loadavg_before": load_before, "loadavg_after": os.getloadavg(),

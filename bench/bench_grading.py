@@ -1,6 +1,6 @@
 """How long grading takes: ms per response for toy responses and MATH-style answers.
 
-    python bench_grading.py [--workers 0] [--samples 32]
+    python bench/bench_grading.py [--workers 0] [--samples 32]
 
 - toy: well-formed toy responses (correct, wrong, no box), all settled by the cheap path.
 - math, as evaluated: the fixture benchmark's answers (tests/fixtures/mini_math.jsonl), `samples`
@@ -14,12 +14,14 @@ import argparse
 import json
 import os
 import random
+import sys
 import time
 
-import grading
-import tasks
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+sys.path.insert(0, ROOT)  # the loop's modules
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+import grading  # noqa: E402
+import tasks  # noqa: E402
 
 
 def toy_case(n: int, rng: random.Random) -> tuple:
@@ -30,7 +32,7 @@ def toy_case(n: int, rng: random.Random) -> tuple:
 
 
 def math_case(samples: int, rng: random.Random, distinct: bool) -> tuple:
-    with open(os.path.join(HERE, "tests", "fixtures", "mini_math.jsonl")) as f:
+    with open(os.path.join(ROOT, "tests", "fixtures", "mini_math.jsonl")) as f:
         answers = [json.loads(line)["answer"] for line in f]
     responses, golds = [], []
     for gold in answers:
