@@ -43,74 +43,74 @@ PYTHON ?= python3
 	touch .venv/ready
 
 # Toy Fig. 1: the four objectives at N = 8, 3 seeds (runs/fig1_toy), then the figure
-# (figures/fig1_toy.png, its table figures/fig1_toy.md).
+# (lab/figures/fig1_toy.png, its table lab/figures/fig1_toy.md).
 demo: .venv/ready
-	$(PY) sweep.py configs/sweep_fig1_toy.yaml --jobs auto
-	$(PY) plot.py fig1 runs/fig1_toy --out figures/fig1_toy.png
+	$(PY) sweep.py lab/sweeps/fig1_toy.yaml --jobs auto
+	$(PY) lab/plot.py fig1 runs/fig1_toy --out lab/figures/fig1_toy.png
 
 # Toy Fig. 3: four objectives x N in {0, 2, 8, 32} (+ GRPO+TIS at 128) x 2 seeds (runs/fig3_toy);
 # Figs. 2 (sampling budget), 5 (difficulty split at N = 8) and 7 (diagnostics against N) from the
 # same runs.
 fig3: .venv/ready
-	$(PY) sweep.py configs/sweep_fig3_toy.yaml --jobs auto
-	$(PY) plot.py fig3 runs/fig3_toy --out figures/fig3_toy.png
-	$(PY) plot.py fig2 runs/fig3_toy --out figures/fig2_toy.png
-	$(PY) plot.py fig5 runs/fig3_toy --out figures/fig5_toy.png --delay 8
-	$(PY) plot.py fig7 runs/fig3_toy --out figures/fig7_toy.png
+	$(PY) sweep.py lab/sweeps/fig3_toy.yaml --jobs auto
+	$(PY) lab/plot.py fig3 runs/fig3_toy --out lab/figures/fig3_toy.png
+	$(PY) lab/plot.py fig2 runs/fig3_toy --out lab/figures/fig2_toy.png
+	$(PY) lab/plot.py fig5 runs/fig3_toy --out lab/figures/fig5_toy.png --delay 8
+	$(PY) lab/plot.py fig7 runs/fig3_toy --out lab/figures/fig7_toy.png
 
 # Toy Fig. 4: offline training, four objectives x 3 seeds on one shared pool (runs/fig4_toy).
 fig4: .venv/ready
-	$(PY) sweep.py configs/sweep_fig4_offline_toy.yaml --jobs auto
-	$(PY) plot.py fig4 runs/fig4_toy --out figures/fig4_toy.png
+	$(PY) sweep.py lab/sweeps/fig4_offline_toy.yaml --jobs auto
+	$(PY) lab/plot.py fig4 runs/fig4_toy --out lab/figures/fig4_toy.png
 
 # Toy Figs. 8 and 9: GGPO, beta x reference refresh (runs/fig8_toy).
 fig8: .venv/ready
-	$(PY) sweep.py configs/sweep_fig8_toy.yaml --jobs auto
-	$(PY) plot.py fig8 runs/fig8_toy --out figures/fig8_toy.png
-	$(PY) plot.py fig9 runs/fig8_toy --out figures/fig9_toy.png
+	$(PY) sweep.py lab/sweeps/fig8_toy.yaml --jobs auto
+	$(PY) lab/plot.py fig8 runs/fig8_toy --out lab/figures/fig8_toy.png
+	$(PY) lab/plot.py fig9 runs/fig8_toy --out lab/figures/fig9_toy.png
 
 # Toy Fig. 10: GGPO's original update vs the detached one with token clipping (runs/fig10_toy).
 fig10: .venv/ready
-	$(PY) sweep.py configs/sweep_fig10_toy.yaml --jobs auto
-	$(PY) plot.py fig10 runs/fig10_toy --out figures/fig10_toy.png
+	$(PY) sweep.py lab/sweeps/fig10_toy.yaml --jobs auto
+	$(PY) lab/plot.py fig10 runs/fig10_toy --out lab/figures/fig10_toy.png
 
 # Toy leaderboard, its first three seeds: every registered objective (+ PPO against the sampler)
 # x N in {0, 8, 32, 128} x seeds 0-2, 300 updates (runs/leaderboard_toy; each finished run's results kept in
 # results/leaderboard_toy, and a run whose results are there is skipped), then `make tables`.
 leaderboard: .venv/ready
-	$(PY) sweep.py configs/sweep_leaderboard_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/leaderboard_toy.yaml --jobs auto
 	$(MAKE) tables
 
 # The leaderboard v3's seed ladder: the references (GRPO, GRPO+TIS, PPO against the sampler) at
 # seeds 3-9 first, a reference block of their own on a processor kind that has none (one seed,
-# configs/sweep_leaderboard_v3_refs_kind_toy.yaml: nothing on a kind that has them), then every
+# lab/sweeps/leaderboard_references_per_kind_toy.yaml: nothing on a kind that has them), then every
 # other row; in blocks of one seed and one N, so that a block made on one machine shares one
 # rounding path (each run's results kept in results/leaderboard_toy, as every other run there,
 # and skipped once there: the ladder grows across machines and sessions), then `make tables`.
 leaderboard-seeds: .venv/ready
-	$(PY) sweep.py configs/sweep_leaderboard_v3_toy.yaml --jobs auto
-	$(PY) sweep.py configs/sweep_leaderboard_v3_refs_kind_toy.yaml --jobs auto
-	$(PY) sweep.py configs/sweep_leaderboard_v3_rows_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/leaderboard_reference_seeds_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/leaderboard_references_per_kind_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/leaderboard_row_seeds_toy.yaml --jobs auto
 	$(MAKE) tables
 
 # One new leaderboard row: `make row LOSS=name ARGS="key=value ..."` (the objective registered in
 # losses.py, at settings among those it registers): a reference block first on a processor kind
-# that has none (configs/sweep_leaderboard_v3_refs_kind_toy.yaml), then the row's runs on the
-# ladder (N in {8, 32, 128, 0} x seeds 0-9, the runs of configs/sweep_leaderboard_v3_rows_toy.yaml
+# that has none (lab/sweeps/leaderboard_references_per_kind_toy.yaml), then the row's runs on the
+# ladder (N in {8, 32, 128, 0} x seeds 0-9, the runs of lab/sweeps/leaderboard_row_seeds_toy.yaml
 # otherwise), each kept in results/leaderboard_toy as it finishes (rerun the command to go on),
 # then `make tables`, then the row's tier, rank interval, score and differences to the references.
 row: .venv/ready
 	@test -n "$(LOSS)" || { echo 'usage: make row LOSS=name [ARGS="key=value ..."]'; exit 2; }
 	$(PY) sweep.py --row $(LOSS) $(ARGS) --jobs auto
 	$(MAKE) tables
-	$(PY) plot.py row figures/leaderboard_v3_toy.md --row $(LOSS) $(foreach a,$(ARGS),--set $(a))
+	$(PY) lab/plot.py row lab/figures/leaderboard_v3_toy.md --row $(LOSS) $(foreach a,$(ARGS),--set $(a))
 
-# The frameworks' defaults on the ladder (docs/frameworks.yaml: which trainer runs which row):
+# The frameworks' defaults on the ladder (lab/docs/frameworks.yaml: which trainer runs which row):
 # their objectives and the existing ones at a framework's settings, N in {0, 8, 32, 128}, seeds 0-9,
 # in blocks, kept in results/leaderboard_toy (skipped once there), then `make tables` (the
-# leaderboard and the lag map, figures/lag_map_toy.md).
+# leaderboard and the lag map, lab/figures/lag_map_toy.md).
 leaderboard-frameworks: .venv/ready
-	$(PY) sweep.py configs/sweep_leaderboard_frameworks_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/leaderboard_frameworks_toy.yaml --jobs auto
 	$(MAKE) tables
 
 # The leaderboard at a second step size (lr 5e-5): the study's four, PPO against the sampler, the
@@ -120,51 +120,51 @@ leaderboard-frameworks: .venv/ready
 # against the sampler; then the second step's rows at lr 2e-4 and N = 2, where the drift its
 # batches carry overlaps lr 5e-5's (the drift hypothesis's test inside the fitted range).
 leaderboard-lr: .venv/ready
-	$(PY) sweep.py configs/sweep_leaderboard_lr5e-5_toy.yaml --jobs auto
-	$(PY) sweep.py configs/sweep_leaderboard_lr5e-5_newest_toy.yaml --jobs auto
-	$(PY) sweep.py configs/sweep_leaderboard_lr5e-5_rows_toy.yaml --jobs auto
-	$(PY) sweep.py configs/sweep_leaderboard_lr1.25e-5_toy.yaml --jobs auto
-	$(PY) sweep.py configs/sweep_drift_n2_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/leaderboard_lr5e-5_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/leaderboard_lr5e-5_corrections_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/leaderboard_lr5e-5_rows_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/leaderboard_lr1.25e-5_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/drift_n2_toy.yaml --jobs auto
 	$(MAKE) tables
 
 # The direction ablation: token MIS, band wide/narrow x masking both sides/the harmful side only.
 direction: .venv/ready
-	$(PY) sweep.py configs/sweep_direction_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/direction_toy.yaml --jobs auto
 	$(MAKE) tables
 
 # The same nine leaderboard runs made again, against the kept ones: how far a cell moves between
-# processor kinds alone (docs/leaderboard.md). One sweep file per processor kind measured (an
+# processor kinds alone (lab/docs/leaderboard.md). One sweep file per processor kind measured (an
 # AVX-512 AMD EPYC, an AVX-512 Intel Xeon); a run whose results are kept is skipped.
 processors: .venv/ready
-	$(PY) sweep.py configs/sweep_processor_toy.yaml --jobs auto
-	$(PY) sweep.py configs/sweep_processor_intel_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/processor_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/processor_intel_toy.yaml --jobs auto
 	$(MAKE) tables
 
 # Every table and figure of the kept results (results/), remade from them: the leaderboard v3
-# (figures/leaderboard_v3_toy.png, .md, and _k3.png: tiers from the pooled model of stats.py), the direction ablation
-# (figures/direction_toy.png, .md) and the same runs on other processors
-# (figures/processor_toy.png and processor_intel_toy.png, .md: configs/sweep_processor*_toy.yaml
-# against the leaderboard), the lag map (figures/lag_map_toy.md) and one tidy table per grid, a row
-# per run (figures/runs_<grid>.csv). The same bytes on the same library versions: on a fresh clone,
+# (lab/figures/leaderboard_v3_toy.png, .md, and _k3.png: tiers from the pooled model of lab/stats.py), the direction ablation
+# (lab/figures/direction_toy.png, .md) and the same runs on other processors
+# (lab/figures/processor_toy.png and processor_intel_toy.png, .md: lab/sweeps/processor*_toy.yaml
+# against the leaderboard), the lag map (lab/figures/lag_map_toy.md) and one tidy table per grid, a row
+# per run (lab/figures/runs_<grid>.csv). The same bytes on the same library versions: on a fresh clone,
 # git status stays clean.
 tables: .venv/ready
-	test ! -d results/leaderboard_toy || $(PY) plot.py leaderboard results/leaderboard_toy --out figures/leaderboard_v3_toy.png \
-		--frameworks docs/frameworks.yaml --lag-map figures/lag_map_toy.md
-	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py leaderboard results/leaderboard_toy_lr5e-5 --out figures/leaderboard_lr5e-5_toy.png
-	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) plot.py drift results/leaderboard_toy,results/drift_toy_n2 --against results/leaderboard_toy_lr5e-5 --out figures/drift_toy.png
-	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) plot.py leaderboard results/leaderboard_toy_lr1.25e-5 --out figures/leaderboard_lr1.25e-5_toy.png
-	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr1.25e-5 --out figures/drift_lr1.25e-5_toy.png
-	test ! -d results/direction_toy || $(PY) plot.py direction results/direction_toy --out figures/direction_toy.png
-	test ! -d results/processor_toy || $(PY) plot.py processors results/processor_toy --against results/leaderboard_toy --out figures/processor_toy.png
-	test ! -d results/processor_intel_toy || $(PY) plot.py processors results/processor_intel_toy --against results/leaderboard_toy --out figures/processor_intel_toy.png
+	test ! -d results/leaderboard_toy || $(PY) lab/plot.py leaderboard results/leaderboard_toy --out lab/figures/leaderboard_v3_toy.png \
+		--frameworks lab/docs/frameworks.yaml --lag-map lab/figures/lag_map_toy.md
+	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) lab/plot.py leaderboard results/leaderboard_toy_lr5e-5 --out lab/figures/leaderboard_lr5e-5_toy.png
+	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) lab/plot.py drift results/leaderboard_toy,results/drift_toy_n2 --against results/leaderboard_toy_lr5e-5 --out lab/figures/drift_toy.png
+	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) lab/plot.py leaderboard results/leaderboard_toy_lr1.25e-5 --out lab/figures/leaderboard_lr1.25e-5_toy.png
+	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) lab/plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr1.25e-5 --out lab/figures/drift_lr1.25e-5_toy.png
+	test ! -d results/direction_toy || $(PY) lab/plot.py direction results/direction_toy --out lab/figures/direction_toy.png
+	test ! -d results/processor_toy || $(PY) lab/plot.py processors results/processor_toy --against results/leaderboard_toy --out lab/figures/processor_toy.png
+	test ! -d results/processor_intel_toy || $(PY) lab/plot.py processors results/processor_intel_toy --against results/leaderboard_toy --out lab/figures/processor_intel_toy.png
 	for grid in leaderboard_toy leaderboard_toy_lr5e-5 leaderboard_toy_lr1.25e-5 drift_toy_n2 direction_toy; do \
-		test ! -d results/$$grid || $(PY) plot.py tidy results/$$grid --out figures/runs_$$grid.csv || exit 1; done
+		test ! -d results/$$grid || $(PY) lab/plot.py tidy results/$$grid --out lab/figures/runs_$$grid.csv || exit 1; done
 
 # Every toy figure (finished runs are skipped).
 figs: demo fig3 fig4 fig8 fig10
 
 test: .venv/ready
-	$(PY) -m pytest -q tests bench/tests
+	$(PY) -m pytest -q tests lab/tests bench/tests
 
 clean:
 	rm -rf .venv runs

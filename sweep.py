@@ -1,9 +1,9 @@
 """Run a grid of training runs (objectives x N x seeds) here, send it to SLURM, or print it.
 
-    python sweep.py configs/sweep_fig3_toy.yaml            # run every unfinished run here
-    python sweep.py configs/sweep_fig3_toy.yaml --jobs auto   # as many at once as pays here
-    python sweep.py configs/sweep_fig3_qwen.yaml --slurm --slurm-partition gpu --slurm-time-min 2880
-    python sweep.py configs/sweep_fig3_toy.yaml --print    # one command per run, for a scheduler
+    python sweep.py lab/sweeps/fig3_toy.yaml            # run every unfinished run here
+    python sweep.py lab/sweeps/fig3_toy.yaml --jobs auto   # as many at once as pays here
+    python sweep.py lab/sweeps/fig3_qwen.yaml --slurm --slurm-partition gpu --slurm-time-min 2880
+    python sweep.py lab/sweeps/fig3_toy.yaml --print    # one command per run, for a scheduler
 
 A sweep file names a base config, a grid and an output root:
 
@@ -323,8 +323,8 @@ def one_kind_block(sweep: dict, todo: list, kind: str) -> list:
 
 # the ladder a new leaderboard row joins (`make row`): its config, settings, results folder, and
 # the reference block that gives a processor kind its references first
-ROW_LADDER = os.path.join(HERE, "configs", "sweep_leaderboard_v3_rows_toy.yaml")
-ROW_REFERENCES = os.path.join(HERE, "configs", "sweep_leaderboard_v3_refs_kind_toy.yaml")
+ROW_LADDER = os.path.join(HERE, "lab", "sweeps", "leaderboard_row_seeds_toy.yaml")
+ROW_REFERENCES = os.path.join(HERE, "lab", "sweeps", "leaderboard_references_per_kind_toy.yaml")
 ROW_SEEDS = list(range(10))
 
 

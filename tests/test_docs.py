@@ -1,6 +1,6 @@
-"""The documentation's links hold, and the figures live in figures/.
+"""The documentation's links hold.
 
-Every relative link and image in README.md, DESIGN.md and docs/*.md names a file or folder that
+Every relative link and image in README.md, DESIGN.md, docs/*.md and lab/docs/*.md names a file or folder that
 exists, and every #anchor a heading of its page, by GitHub's slug rules (lower case, punctuation
 other than - and _ dropped, each space a hyphen, -1, -2, ... for repeats). Links inside code
 (fenced blocks, `spans`) are not links on GitHub either, so they are not read.
@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 PAGES = ["README.md", "DESIGN.md"] + sorted(
-    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    os.path.relpath(p, ROOT) for folder in ("docs", "lab/docs") for p in glob.glob(os.path.join(ROOT, folder, "*.md")))
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 HEADING = re.compile(r"#{1,6} +(.+?)[ #]*$")
 
@@ -102,30 +102,4 @@ def test_every_docs_page_is_linked_from_the_readme():
     with open(os.path.join(ROOT, "README.md")) as f:
         linked = {m.group(1).partition("#")[0] for line in prose_lines(f.read())
                   for m in LINK.finditer(line)}
-    assert [p for p in PAGES if p.startswith("docs/") and p not in linked] == []
-
-
-def test_figures_live_in_figures():
-    """Nothing generated at the root; every figure a make target draws goes into figures/ and is
-    there, with its table; plot.py without --out and plot_fig6.py write there too."""
-    figures_at_root = [f for f in os.listdir(ROOT)
-                       if f.endswith(".png") or re.match(r"(fig\d|leaderboard|numerics).*\.md$", f)]
-    assert figures_at_root == []
-    with open(os.path.join(ROOT, "Makefile")) as f:
-        outs = re.findall(r"--out (\S+)", f.read())
-    assert outs and [o for o in outs if not o.startswith("figures/")] == []
-    for out in outs:
-        if out.endswith(".csv"):  # a tidy table per grid (test_results checks each)
-            continue
-        assert os.path.exists(os.path.join(ROOT, out)), out
-        assert os.path.exists(os.path.join(ROOT, os.path.splitext(out)[0] + ".md")), out
-    with open(os.path.join(ROOT, "plot_fig6.py")) as f:
-        assert '"figures", "fig6.png"' in f.read()
-
-
-def test_plot_writes_into_figures_by_default(monkeypatch):
-    import plot
-    drawn = []
-    monkeypatch.setitem(plot.FIGURES, "fig3", lambda root, out, **_: drawn.append(out))
-    plot.main(["fig3", "runs/anything"])
-    assert drawn == [os.path.join(ROOT, "figures", "fig3.png")]
+    assert [p for p in PAGES if p.startswith(("docs/", "lab/docs/")) and p not in linked] == []

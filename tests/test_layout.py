@@ -1,5 +1,6 @@
-"""The layout's promises: no import cycle, one source of each default, and a new objective that
-needs losses.py alone (registered, trained through train.py, drawn in the figures)."""
+"""The layout's promises: the loop at the root imports neither the lab (lab/) nor the benchmarks
+(bench/), no import cycle, one source of each default, and a new objective that needs losses.py
+alone (registered and trained through train.py; lab/tests draws it)."""
 import ast
 import glob
 import os
@@ -10,23 +11,39 @@ import torch
 import yaml
 
 import losses
-import plot
 import train
 from conftest import ROOT, toy_config
 
-MODULES = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py"))}
+MODULES = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py"))}  # the loop
+# the folders beside it, and their modules by their own names (as a path hack would import them)
+BESIDE = {folder: {folder} | {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, folder, "*.py"))}
+          for folder in ("lab", "bench")}
 
 
-def project_imports(name: str) -> set:
-    """The project modules that module `name` imports, at top level or inside functions."""
-    tree = ast.parse(open(os.path.join(ROOT, name + ".py")).read())
+def imports(path: str) -> set:
+    """The top-level names of every module the file at `path` imports, at top level or inside
+    functions."""
+    tree = ast.parse(open(path).read())
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module.split(".")[0])
-    return found & MODULES - {name}
+    return found
+
+
+def project_imports(name: str) -> set:
+    """The root modules that root module `name` imports."""
+    return imports(os.path.join(ROOT, name + ".py")) & MODULES - {name}
+
+
+def test_no_root_module_imports_the_lab_or_the_benchmarks():
+    """The loop stands alone: lab/ and bench/ read it, never the other way round."""
+    assert BESIDE["lab"] >= {"lab", "plot", "stats"} and BESIDE["bench"] >= {"bench", "bench_learner"}
+    for m in sorted(MODULES):
+        for folder, names in BESIDE.items():
+            assert not imports(os.path.join(ROOT, m + ".py")) & (names - MODULES), f"{m}.py imports {folder}/"
 
 
 def test_no_import_cycle():
@@ -61,21 +78,9 @@ def test_defaults_yaml_loss_args_are_the_losses_defaults():
         assert yaml.safe_load(f)["loss_args"] == losses.DEFAULTS
 
 
-def test_every_registered_objective_has_its_own_plot_style(monkeypatch):
-    monkeypatch.setattr(losses, "LOSSES", dict(losses.LOSSES))
-    losses.register("fifth", needs_ref=False, label="Fifth")(losses.LOSSES["grpo"].fn)
-    styles = {name: plot.loss_style(name) for name in losses.LOSSES}
-    k = len(losses.LOSSES)
-    assert len(styles) == k and len({s[1:] for s in styles.values()}) == k  # color + line style
-    assert [s[0] for s in styles.values()][:4] + [styles["fifth"][0]] == \
-        ["GRPO", "GRPO+TIS", "AGRO", "GGPO", "Fifth"]
-    runs = [{"loss": name} for name in ("ggpo", "fifth", "unregistered")]
-    assert list(plot.by_loss(runs)) == ["ggpo", "fifth", "unregistered"]
-
-
 def test_a_fifth_objective_needs_losses_py_only(tmp_path, sampler, monkeypatch):
-    """Registered in a test (as a user would in losses.py), it is accepted by the config, trained
-    for 2 toy updates through train.train, and drawn in Fig. 1 with its label."""
+    """Registered in a test (as a user would in losses.py), it is accepted by the config and
+    trained for 2 toy updates through train.train (lab/tests/test_plot.py draws one in Fig. 1)."""
     monkeypatch.setattr(losses, "LOSSES", dict(losses.LOSSES))
 
     @losses.register("reinforce_mean", needs_ref=False, label="REINFORCE (group mean)")
@@ -92,8 +97,4 @@ def test_a_fifth_objective_needs_losses_py_only(tmp_path, sampler, monkeypatch):
     assert rows[1]["k3"] < 1e-8 and rows[1]["skipped"] == rows[2]["skipped"] == 0
     assert rows[1]["grad_norm"] + rows[2]["grad_norm"] > 0  # (a batch of all-equal groups has none)
     assert rows[2]["logp_diff_max"] < 1e-4  # on-policy: the engine holds the updated weights
-    out = str(tmp_path / "fig1.png")
-    plot.fig1(str(tmp_path / "runs"), out, delay=0, window=0)
-    assert "| REINFORCE (group mean) |" in open(str(tmp_path / "fig1.md")).read()
-    assert os.path.getsize(out) > 0
     assert torch.isfinite(torch.tensor(rows[-1]["eval/toy/mean@2"]))

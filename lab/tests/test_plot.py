@@ -1,0 +1,597 @@
+"""lab/plot.py on synthetic run folders: every figure draws, and its table holds the right numbers."""
+import json
+import math
+import os
+import re
+
+import pytest
+import yaml
+
+import config
+import losses
+import run_info
+from lab import plot
+from lab.tests.conftest import ROOT
+
+BATCH = 8  # responses per rollout batch of the synthetic runs
+
+
+def _run(root, final, loss="grpo", delay=0, seed=0, updates=10, name=None, k3=0.001, logged=None,
+         **cfg):
+    """A run folder as train.py writes it: config.yaml, and metrics.jsonl whose eval rows (update
+    0 and the last) hold the difficulty split; k3 = k3 * update, reward = 0.1 + 0.01 * update;
+    `logged`: more per-update metrics (their values), replacing clip_frac."""
+    run_cfg = config.load_config(None, [f"loss={loss}", f"delay={delay}", f"seed={seed}",
+                                        f"updates={updates}"])
+    for key, value in cfg.items():
+        section, _, sub = key.partition(".")
+        if sub:
+            run_cfg[section][sub] = value
+        else:
+            run_cfg[key] = value
+    folder = root / (name or f"{loss}_N{delay}_s{seed}")
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(run_cfg))
+    evals = lambda acc: {"eval/toy/mean@4": acc, "eval/toy/best@4": acc + 0.2, "eval/toy/partial_mean@4": acc,
+                         "eval/toy/unsolved_solved_frac": acc / 2, "eval/toy/partial_count": 50,
+                         "eval/toy/unsolved_count": 20}
+    rows = [{"update": 0, "responses_total": 0, **evals(0.3)}]
+    rows += [{"update": t, "k3": k3 * t, "entropy": 0.2, "reward_mean": 0.1 + 0.01 * t,
+              **({"clip_frac": 0.05} if logged is None else logged), "ggpo_ess_success": 0.5,
+              "grad_norm": 1.0, "response_len_mean": 9,
+              "responses_total": (min(t + delay, updates)) * BATCH} for t in range(1, updates + 1)]
+    rows[-1].update(evals(final))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _table(path):
+    return open(os.path.splitext(path)[0] + ".md").read()
+
+
+def test_fig1_fig3_fig2_fig5_fig7_from_a_ladder(tmp_path):
+    runs = tmp_path / "runs"
+    for loss in ("grpo", "ggpo"):
+        for delay, final in ((0, 0.5), (8, 0.25)):
+            for seed in (0, 1):
+                _run(runs, final + 0.1 * seed, loss, delay, seed, k3=0.001 * (1 + delay))
+    out = {f: str(tmp_path / f"{f}.png") for f in ("fig1", "fig2", "fig3", "fig5", "fig7")}
+    for figure, path in out.items():
+        plot.main([figure, str(runs), "--out", path, "--delay", "8"])
+        assert os.path.getsize(path) > 10_000
+    # Fig. 3: mean over seeds of 0.5/0.6 and 0.25/0.35, with the min-max spread
+    assert "| GRPO | 55.0 (50.0-60.0) | 30.0 (25.0-35.0) |" in _table(out["fig3"])
+    assert "| GGPO | 55.0 (50.0-60.0) | 30.0 (25.0-35.0) |" in _table(out["fig3"])
+    # Fig. 1 draws the N = 8 runs only: K3 = 0.001 * 9 * 10 at the last update
+    assert "| GRPO | 90 (90-90) | 0.2 (0.2-0.2) | 50.0 (45.0-55.0) | 30.0 (25.0-35.0) |" \
+        in _table(out["fig1"])
+    # Fig. 2: N warm-up batches before the first update; T batches in all
+    assert "| 8 | 64 | 80 |" in _table(out["fig2"]) and "| 0 | 0 | 80 |" in _table(out["fig2"])
+    # Fig. 5 at N = 8: partial mean = the final accuracy, unsolved solved = half of it
+    assert "| GRPO | 30.0 (25.0-35.0) | 15.0 (12.5-17.5) |" in _table(out["fig5"])
+    # Fig. 7: the last 10% of 10 updates is update 10 alone: K3 = 0.001 * (1 + N) * 10
+    assert "| GGPO | 8 | 90 | 0.2 | 0.05 |  | 0.5 | 1 | 0.2 | 9 |" in _table(out["fig7"])
+    assert plot.eval_key([{"eval/toy/mean@4": 1, "eval/avg/mean@4": 1}], "mean@") == "eval/toy/mean@4"
+    two = [{"eval/math500/mean@4": 1, "eval/aime24/mean@4": 1, "eval/avg/mean@4": 1}]
+    assert plot.eval_key(two, "mean@") == "eval/math500/mean@4"
+    assert plot.eval_key(two, "mean@", average=True) == "eval/avg/mean@4"
+    with pytest.raises(ValueError, match="eval_every"):
+        plot.eval_key([{"update": 1}], "mean@")
+
+
+def test_fig4_fig8_fig9_fig10_from_their_grids(tmp_path):
+    for seed in (0, 1, 2):
+        for loss, final in (("grpo", 0.2), ("ggpo", 0.4)):
+            _run(tmp_path / "fig4", final + 0.01 * seed, loss, 0, seed,
+                 **{"offline_pool.path": "pool.jsonl", "offline_pool.batches": 10})
+    for beta in (0.01, 0.1):
+        for refresh in (0, 5):
+            _run(tmp_path / "fig8", 0.3 + beta + refresh / 100, "ggpo", 8, 0,
+                 name=f"ggpo_N8_s0_beta-{beta}_ref_refresh_every-{refresh}",
+                 **{"loss_args.beta": beta, "ref_refresh_every": refresh})
+    for variant, final in (("original", 0.1), ("detached", 0.4)):
+        for seed in (0, 1):
+            _run(tmp_path / "fig10", final, "ggpo", 8, seed, name=f"ggpo_N8_s{seed}_v-{variant}",
+                 **{"loss_args.ggpo_variant": variant})
+    paths = {}
+    for figure, root in (("fig4", "fig4"), ("fig8", "fig8"), ("fig9", "fig8"), ("fig10", "fig10")):
+        paths[figure] = str(tmp_path / f"{figure}.png")
+        plot.main([figure, str(tmp_path / root), "--out", paths[figure]])
+        assert os.path.getsize(paths[figure]) > 10_000
+    assert "| GGPO | 30.0 (30.0-30.0) | 41.0 (40.0-42.0) |" in _table(paths["fig4"])
+    assert "pool of 10 batches" in _table(paths["fig4"])
+    assert _table(paths["fig8"]).startswith("GGPO: beta and reference refresh at N = 8 (1 seed)")
+    assert "| β=0.1, T_ref=5 | 45.0 | 0.2 | 10 |" in _table(paths["fig8"])
+    assert "| β=0.01, fixed reference | 0.5 |" in _table(paths["fig9"])
+    # reward 0.1 + 0.01 t: 0.155 over all 10 updates, 0.2 at the last; clipped 5% of tokens
+    assert "| original | 0.155 (0.155-0.155) | 0.2 (0.2-0.2) | 10.0 (10.0-10.0) | 5.0 (5.0-5.0) |" \
+        in _table(paths["fig10"])
+
+
+def test_leaderboard_table_from_the_pooled_model(tmp_path):
+    """Four entries, finals by hand. GRPO+TIS, seeds 0-2: N = 0, 8, 32, 128 finals [0.50] x 3,
+    [0.40, 0.42, 0.44], [0.30, 0.33, 0.36], [0.20, 0.21, 0.22]; M2PO: each cell + 0.1 + 0.01 seed.
+    Both rows have every seed at every N, so the model's cell means are their raw means (the
+    sum-to-zero seed effects average out): scores 32.0 and 43.0, drops -18.0 and -18.0 (N = 0:
+    50.0 and 61.0). PPO vs the sampler (grpo, behavior anchor: its own row), seed 0 only, 0.5 at
+    every N: a score from the pooled variance. GRPO: no N = 128, no score: last, blank."""
+    runs = tmp_path / "runs"
+    tis = {0: [0.5] * 3, 8: [0.40, 0.42, 0.44], 32: [0.30, 0.33, 0.36], 128: [0.20, 0.21, 0.22]}
+    for seed in (0, 1, 2):
+        for delay, finals in tis.items():
+            _run(runs, finals[seed], "grpo_tis", delay, seed, logged={"is_chi2_token": 0.2})
+            _run(runs, finals[seed] + 0.1 + 0.01 * seed, "m2po", delay, seed, k3=0.002,
+                 logged={"is_chi2_token": 0.5, "is_masked_frac": 0.25 + 0.1 * seed})
+    for delay in (8, 32, 128):
+        _run(runs, 0.5, "grpo", delay, 0, name=f"grpo_N{delay}_s0_grpo_anchor-behavior",
+             logged={"clip_frac": 0.1, "is_chi2_token": 0.3}, **{"loss_args.grpo_anchor": "behavior"})
+    for delay in (8, 32):
+        _run(runs, 0.9, "grpo", delay, 0, logged={"is_chi2_token": 0.2})
+    out = str(tmp_path / "leaderboard.png")
+    plot.main(["leaderboard", str(runs), "--out", out])
+    assert os.path.getsize(out) > 10_000 and os.path.getsize(str(tmp_path / "leaderboard_k3.png")) > 10_000
+    table = _table(out)
+    assert ("| tier | method | staleness score (95%) | rank (95%) | drop from N=0 (95%) | "
+            "vs GRPO+TIS (simultaneous 95%) | vs PPO vs sampler (GRPO, behavior anchor) (simultaneous 95%) | "
+            "seeds per N | N=0 | N=8 | N=32 | N=128 | K3 x1e-3 at N=32 | is_chi2_token at N=32 | "
+            "is_masked_frac (%) at N=32 |") in table
+    first = table.split("\n\n")[1].splitlines()[2:]  # the leaderboard's own rows, in order
+    rows = {l.split(" | ")[1]: l.split(" | ") for l in first}
+    tis_row, m2po_row = rows["GRPO+TIS"], rows["M2PO"]
+    assert tis_row[2].startswith("32.0 ± ") and tis_row[4].startswith("-18.0 ± ")
+    assert m2po_row[2].startswith("43.0 ± ") and m2po_row[4].startswith("-18.0 ± ")
+    assert m2po_row[5].startswith("+11.0 ± ") and tis_row[5] == ""
+    assert m2po_row[7:] == ["3/3/3/3", "61.0 (60.0-62.0)", "53.0 (50.0-56.0)", "44.0 (40.0-48.0)",
+                            "32.0 (30.0-34.0)", "20 (20-20)", "0.5 (0.5-0.5)", "35.0 (25.0-45.0) |"]
+    assert rows["GRPO"][2:5] == ["", "", ""] and rows["GRPO"][7] == "0/1/1/0"
+    assert rows["PPO vs sampler (GRPO, behavior anchor)"][7] == "0/1/1/1"
+    assert list(rows)[0] in ("M2PO", "PPO vs sampler (GRPO, behavior anchor)") and list(rows)[-1] == "GRPO"
+    assert list(rows).index("M2PO") < list(rows).index("GRPO+TIS")
+    assert "**The model** (`lab/stats.py`; statsmodels WLS" in table
+    assert "**Seeds a comparison needs**" in table
+    assert "At N = 0 the" not in table  # M2PO's N = 0 runs end elsewhere than GRPO+TIS's: no copies
+
+
+def test_leaderboard_says_how_many_on_policy_runs_are_copies(tmp_path):
+    """Two methods that are the same computation on-policy: at N = 0, seeds 0-2, the same training
+    rewards and the same final accuracy, so 6 runs hold 3 distinct ones; their stale cells differ."""
+    runs = tmp_path / "runs"
+    for seed in (0, 1, 2):
+        for loss, shift in (("grpo_tis", 0.0), ("m2po", 0.1)):
+            _run(runs, 0.5 + 0.01 * seed, loss, 0, seed)
+            for delay in (8, 32, 128):
+                _run(runs, 0.3 + shift + 0.02 * seed - delay / 1000, loss, delay, seed)
+    out = str(tmp_path / "leaderboard.png")
+    plot.main(["leaderboard", str(runs), "--out", out])
+    assert "At N = 0 the 6 runs hold 3 distinct ones" in _table(out)
+
+
+def test_late_evaluation_measure_uses_the_same_runs(tmp_path):
+    """Two seeds of one cell, evaluated at updates 0, 17, 18, 19, 20 of 20 (the last three in the
+    last 15%): finals 0.42 and 0.50 (SD 5.66 points), late means (0.40 + 0.44 + 0.42) / 3 = 0.42
+    and (0.46 + 0.44 + 0.50) / 3 = 0.4667 (SD 3.30 points): ratio 0.58. A run evaluated only at
+    0 and 20 is left out of both."""
+    runs = tmp_path / "runs"
+    for seed, evals in ((0, {17: 0.3, 18: 0.40, 19: 0.44, 20: 0.42}), (1, {17: 0.2, 18: 0.46, 19: 0.44, 20: 0.50})):
+        _run(runs, 0.0, "grpo_tis", 8, seed, updates=20)
+        path = runs / f"grpo_tis_N8_s{seed}" / "metrics.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for row in rows:
+            if row["update"] in evals:
+                row["eval/toy/mean@4"] = evals[row["update"]]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _run(runs, 0.45, "grpo_tis", 8, 2, updates=20)
+    lines = plot.late_measure_lines(plot.load_runs(str(runs)))
+    finals_sd, late_sd = 100 * 0.08 / math.sqrt(2), 100 * (0.4666667 - 0.42) / math.sqrt(2)
+    assert f"| 8 | 1 | 2 | {finals_sd:.2f} | {late_sd:.2f} | {late_sd / finals_sd:.2f} |" in lines
+
+
+def test_direction_ablation_table(tmp_path):
+    """The 2 x 2 of lab/sweeps/direction_toy.yaml: wide and narrow band x both and harmful,
+    N = 32, seeds 0 and 1; only wide-harmful varies (30, 40). The pooled model takes a shift per
+    seed (the design's block: seed 1 is 10 / 4 = 2.5 above seed 0), so the residuals are -+3.75
+    for wide-harmful and +-1.25 for the six other runs, and its residual variance is
+    (2 x 3.75^2 + 6 x 1.25^2) / (8 runs - 4 cells - 1 seed shift) = 12.5. Balanced, so
+    harmful - both is 15 (wide) and 0 (narrow), each with SE sqrt(12.5 (1/2 + 1/2)) and 95%
+    half-width t(0.975, 3) x SE = 11.3; Holm over the two: wide 2 x p(|t| = 15 / sqrt 12.5, 3 df)
+    = 0.048, narrow 1."""
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        for band, low, high in (("wide", 0.0, 5.0), ("narrow", 0.8, 1.2)):
+            for direction_, final in (("both", 0.2), ("harmful", 0.3 + 0.1 * seed if band == "wide" else 0.2)):
+                _run(runs, final, "grpo_mis", 32, seed, name=f"{band}_{direction_}_s{seed}",
+                     **{"loss_args.mis_low": low, "loss_args.mis_high": high,
+                        "loss_args.mis_direction": direction_})
+    out = str(tmp_path / "direction.png")
+    plot.main(["direction", str(runs), "--out", out])
+    table = _table(out)
+    for line in ("| [0, 5] | both | 20.0 (20.0-20.0) |", "| [0, 5] | harmful | 35.0 (30.0-40.0) |",
+                 "| [0.8, 1.2] | both | 20.0 (20.0-20.0) |", "| [0.8, 1.2] | harmful | 20.0 (20.0-20.0) |",
+                 "| [0, 5] | harmful - both (95% t; Holm p) | 15.0 ± 11.3; p = 0.048 |",
+                 "| [0.8, 1.2] | harmful - both (95% t; Holm p) | 0.0 ± 11.3; p = 1 |"):
+        assert line in table, line
+    assert table.index("[0, 5] | both") < table.index("[0.8, 1.2] | both")  # the published band first
+
+
+def test_processors_table_pairs_runs_by_name(tmp_path):
+    """lab/plot.py processors: each run against the run of the same name in --against; final
+    mean@k on each and the difference; the last update with the same training rewards (here the
+    rerun's reward parts from update 6 on, so 5); mean and max |difference|; a run only one
+    folder has is left out, and a config that differs is refused."""
+    ref, rerun = tmp_path / "leaderboard", tmp_path / "rerun"
+    for loss, final in (("grpo_tis", 0.2), ("gspo", 0.5)):
+        _run(ref, final, loss, 8, 0)
+        _session(ref / f"{loss}_N8_s0")
+    _run(ref, 0.4, "ggpo", 8, 0)  # in one folder only
+    _run(rerun, 0.25, "grpo_tis", 8, 0)
+    _run(rerun, 0.45, "gspo", 8, 0)
+    _session(rerun / "grpo_tis_N8_s0", isa=("avx2", "avx512f"))
+    _session(rerun / "gspo_N8_s0", isa=("avx2", "avx512f"))
+    metrics = rerun / "gspo_N8_s0" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for row in rows[6:]:
+        row["reward_mean"] += 0.001
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = str(tmp_path / "processors.png")
+    plot.main(["processors", str(rerun), "--against", str(ref), "--out", out])
+    table = _table(out)
+    for line in ("| gspo_N8_s0 | AMD EPYC (avx2) | AMD EPYC (avx2, avx512f) | 50.0 | 45.0 | -5.0 | 5 of 10 |",
+                 "| grpo_tis_N8_s0 | AMD EPYC (avx2) | AMD EPYC (avx2, avx512f) | 20.0 | 25.0 | +5.0 | 10 of 10 |",
+                 "| mean (max) abs difference, 2 runs | | | | | 5.0 (5.0) | |"):
+        assert line in table, line
+    assert "ggpo" not in table
+    with pytest.raises(ValueError, match="needs --against"):
+        plot.main(["processors", str(rerun), "--out", out])
+    _run(tmp_path / "other", 0.2, "grpo_tis", 8, 0, lr=1e-3)
+    with pytest.raises(ValueError, match=r"grpo_tis_N8_s0: its config differs .* in \['lr'\]"):
+        plot.main(["processors", str(tmp_path / "other"), "--against", str(ref), "--out", out])
+
+
+def test_fig7_fig10_without_clip_frac(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        for delay in (0, 32):
+            _run(runs, 0.5, "grpo", delay, seed)
+            _run(runs, 0.6, "m2po", delay, seed, logged={"is_masked_frac": 0.25})
+    # fig. 7 and fig. 10 with clip_frac absent for some objectives
+    plot.main(["fig7", str(runs), "--out", str(tmp_path / "fig7.png")])
+    for variant, logged in (("original", {}), ("detached", None)):
+        _run(tmp_path / "fig10", 0.3, "ggpo", 8, 0, name=f"ggpo_N8_s0_v-{variant}", logged=logged,
+             **{"loss_args.ggpo_variant": variant})
+    plot.main(["fig10", str(tmp_path / "fig10"), "--out", str(tmp_path / "fig10.png")])
+    assert "| original | 0.155 | 0.2 | 30.0 | no clip |" in _table(str(tmp_path / "fig10.png"))
+    assert "| detached | 0.155 | 0.2 | 30.0 | 5.0 |" in _table(str(tmp_path / "fig10.png"))
+
+
+def test_numerics_table(tmp_path):
+    """Two settings of lab/sweeps/numerics_toy.yaml: k3 over updates 1-10 and 31-60, engine_k3
+    and engine_logp_diff_max averaged over all updates, one row per run, ordered by N."""
+    runs = tmp_path / "runs"
+    _run(runs, 0.3, "grpo", 8, 0, updates=60, name="grpo_N8_s0_bl-engine",
+         logged={"engine_k3": 2e-4, "engine_logp_diff_max": 0.3})
+    _run(runs, 0.3, "grpo", 0, 0, updates=60, name="grpo_N0_s0_bl-learner_sd-bfloat16", k3=0.0,
+         logged={"engine_k3": 1e-4, "engine_logp_diff_max": 0.25}, behavior_logp="learner",
+         sampler_dtype="bfloat16")
+    out = str(tmp_path / "numerics.png")
+    plot.main(["numerics", str(runs), "--out", out])
+    rows = [l for l in _table(out).splitlines() if l.startswith("| 0") or l.startswith("| 8")]
+    # k3 = 0.001 t: mean over t = 1..10 is 5.5e-3, over 31..60 45.5e-3
+    assert rows == ["| 0 | bfloat16 | float32 | learner | 0 | 0 | 0.1 | 0.25 |",
+                    "| 8 | float32 | float32 | engine | 5.5 | 45.5 | 0.2 | 0.3 |"]
+
+
+def test_unfinished_runs_are_named(tmp_path, capsys):
+    """A stopped sweep's unfinished run is drawn with its latest evaluation as its final one, so
+    lab/plot.py names it (and only it) on stderr."""
+    runs = tmp_path / "runs"
+    _run(runs, 0.5, "grpo", 0, 0)
+    _run(runs, 0.4, "grpo", 0, 1, updates=4, name="grpo_N0_s1")
+    config_path = runs / "grpo_N0_s1" / "config.yaml"  # 4 updates logged of 10 configured
+    config_path.write_text(yaml.safe_dump({**yaml.safe_load(config_path.read_text()), "updates": 10}))
+    plot.main(["fig3", str(runs), "--out", str(tmp_path / "fig3.png")])
+    err = capsys.readouterr().err
+    assert "1 of 2 runs" in err and "grpo_N0_s1 (update 4 of 10)" in err
+    assert "grpo_N0_s0" not in err
+
+
+def _session(folder, model="AMD EPYC", isa=("avx", "avx2", "fma"), start=0, **kw):
+    """Add a session to a synthetic run's run_info.json, as train.py records it."""
+    session = run_info.session_info(start, "onednn", "vllm")
+    session["cpu"].update(model=model, isa=list(isa), torch_capability="AVX2")
+    session["torch_threads"] = 1  # as a pinned sweep job records it, whatever this process has
+    session["versions"].update(torch="2.13.0", vllm="0.32.0", transformers="5.19.0")
+    session.update(**{"gpu": None, "git": {"commit": "abc1234def", "dirty": False}, **kw})
+    path = folder / "run_info.json"
+    old = json.loads(path.read_text())["sessions"] if path.exists() else []
+    path.write_text(json.dumps({"sessions": old + [session]}))
+
+
+def test_tables_name_their_machines_and_warn_when_processors_mix(tmp_path, capsys):
+    """A line under the table counts runs per processor kind (an old run, without run_info.json,
+    on an unknown machine) and names versions, backends and commits; runs on two processor
+    kinds add a warning to the table and to stderr."""
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        _run(runs, 0.5, "grpo", 0, seed)
+        _session(runs / f"grpo_N0_s{seed}")
+    out = str(tmp_path / "fig3.png")
+    plot.main(["fig3", str(runs), "--out", out])
+    assert _table(out).endswith("| GRPO | 50.0 (50.0-50.0) |\n\nruns: 2 on AMD EPYC (avx2); torch 2.13.0; "
+                                "vllm 0.32.0; transformers 5.19.0; matmul onednn; sampler vllm; threads 1; "
+                                "commits abc1234\n")
+    assert "warning" not in capsys.readouterr().err
+    # a third run resumed on an Intel machine with AVX-512 and AMX, the transformers sampler, and
+    # a dirty tree; a fourth from before run_info.json
+    _run(runs, 0.5, "grpo", 0, 2)
+    _session(runs / "grpo_N0_s2")
+    _session(runs / "grpo_N0_s2", "Intel(R) Xeon(R) Platinum 8481C", ("avx2", "avx512f", "avx512_bf16",
+             "amx_tile", "amx_bf16"), start=5, sampler="transformers",
+             git={"commit": "fedcba9876", "dirty": True})
+    _run(runs, 0.5, "grpo", 0, 3)
+    plot.main(["fig3", str(runs), "--out", out])
+    notes = _table(out).split("|\n\n")[1].splitlines()
+    intel = "Intel(R) Xeon(R) Platinum 8481C (avx2, avx512f, avx512_bf16, amx_tile)"
+    assert notes == [
+        f"runs: 3 on AMD EPYC (avx2), 1 on {intel}, 1 on unknown machine (no run_info.json); torch "
+        "2.13.0; vllm 0.32.0; transformers 5.19.0; matmul onednn; sampler transformers, vllm; threads 1; "
+        "commits abc1234, fedcba9 (dirty)", "",
+        f"warning: this table mixes 2 processor kinds (AMD EPYC (avx2); {intel}): runs on different "
+        "processors agree only within the seed spread"]
+    assert f"lab/plot.py: {out}: {notes[2]}" in capsys.readouterr().err
+
+
+def test_drift_table_regime_prediction_and_anchor(tmp_path):
+    """lab/plot.py drift on two step sizes: the study's four and PPO against the sampler, N in
+    {0, 8, 32}, seeds 0 and 1 (final 0.5 and 0.6 at N = 0, the higher seed alternating between
+    cells; at lr 2e-4 20 points lower at every stale N, at lr 5e-5 2 lower). The model keeps the
+    seed blocks: at each N three of the five cells have one seed high and two the other, so the
+    blocks sit 1 point off each cell's mean and the residuals are +-4 in three cells and +-6 in
+    two, variance (3 x 2 x 16 + 2 x 2 x 36) / (10 runs - 5 cells - 1 block shift) = 60 per N on
+    4 df. The regime at N = 8: a drop of 20 (2), SE sqrt(60 / 2 + 60 / 2) = 7.75 on
+    Satterthwaite's 8 df, 95% half-width t(0.975, 8) x 7.75 = 17.9; mild at 5e-5 only. PPO's
+    clip fraction (2% at lr 2e-4, 0.5% at 5e-5) brackets M2PO's 1.22%."""
+    hi, lo = tmp_path / "hi", tmp_path / "lo"
+    for root, lr, drop, clip in ((hi, 2e-4, 0.2, 0.02), (lo, 5e-5, 0.02, 0.005)):
+        for i, loss in enumerate(("grpo", "grpo_tis", "agro", "ggpo", "behavior")):
+            for j, delay in enumerate((0, 8, 32)):
+                for seed in (0, 1):
+                    anchor = {"loss_args.grpo_anchor": "behavior"} if loss == "behavior" else {}
+                    high = seed if (i + j) % 2 else 1 - seed  # which seed is 0.1 up alternates by cell
+                    _run(root, 0.5 + 0.1 * high - (drop if delay else 0.0), "grpo" if loss == "behavior" else loss,
+                         delay, seed, name=f"{loss}_N{delay}_s{seed}", k3=1e-3 * (1 + delay) * lr / 2e-4,
+                         logged={"clip_frac": clip if delay else 0.0}, lr=lr, **anchor)
+    out = str(tmp_path / "drift.png")
+    plot.main(["drift", str(hi), "--against", str(lo), "--out", out])
+    table = _table(out)
+    # K3 x1e-3 of a run: k3 x mean update (5.5); final over seeds (50, 60) at N = 0
+    assert "| GRPO | 0.0002 | 55.0 (5.5) | 35.0 (49.5) | 35.0 (182) |" in table
+    half = 17.9
+    assert f"| 0.0002 | -20.0 ± {half} | -20.0 ± {half} | -20.0 ± {half} | -20.0 ± {half} | -20.0 ± {half} | no |" in table
+    assert f"| 5e-05 | -2.0 ± {half} | -2.0 ± {half} | -2.0 ± {half} | -2.0 ± {half} | -2.0 ± {half} | yes |" in table
+    # at lr 2e-4 the drop is 20 at every drift, so the fit predicts 20 where lr 5e-5 drops 2: each
+    # method's error 18 (z 1.6 alone), jointly refuted (sum z^2 12.3 on 5, p 0.031)
+    assert "**Fitted at lr 0.0002, predicting lr 5e-05** (`stats.drift_prediction`)" in table
+    assert "RMS of the cells' errors 18.00 points" in table and "sum z^2 = 12.3 on 5 methods, p = 0.031" in table
+    assert "**Fitted at lr 5e-05, predicting lr 0.0002** (`stats.drift_prediction`)" in table
+    assert "it lies between lr 5e-05, N = 32 (0.50%) and lr 0.0002, N = 8 (2.00%)" in table  # ties: larger N
+    assert os.path.getsize(out) > 10_000
+    with pytest.raises(ValueError, match="needs --against"):
+        plot.main(["drift", str(hi), "--out", out])
+
+
+def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path, capsys):
+    """Three rows, N in {0, 8, 32, 128}, seeds 0 and 1 at +-1 point. At lr 2e-4 TOPR ends at 60,
+    GRPO+TIS at 30 and GRPO at 10 at every N (three tiers, TOPR above GRPO+TIS and GRPO below);
+    at lr 5e-5 all three end at 60: one tier, all level. Each row's change is named. lr 2e-4 also
+    has N = 2 runs in a folder of their own (at 0 %: they would move the tiers if counted): the
+    drift table pools them as one step size's, the tiers leave them out."""
+    hi, hi_n2, lo = tmp_path / "hi", tmp_path / "hi_n2", tmp_path / "lo"
+    for root, lr, finals, delays in (
+            (hi, 2e-4, {"topr": 0.6, "grpo_tis": 0.3, "grpo": 0.1}, (0, 8, 32, 128)),
+            (hi_n2, 2e-4, {"topr": 0.0, "grpo_tis": 0.0, "grpo": 0.0}, (2,)),
+            (lo, 5e-5, {"topr": 0.6, "grpo_tis": 0.6, "grpo": 0.6}, (0, 8, 32, 128))):
+        for i, (loss, final) in enumerate(finals.items()):
+            for j, delay in enumerate(delays):
+                for seed in (0, 1):  # the higher seed alternates by cell
+                    _run(root, final + (0.01 if (seed + i + j) % 2 else -0.01), loss, delay, seed, lr=lr)
+    out = str(tmp_path / "drift.png")
+    plot.main(["drift", f"{hi},{hi_n2},{tmp_path / 'not_yet'}", "--against", str(lo), "--out", out])
+    assert f"{tmp_path / 'not_yet'} does not exist yet: left out" in capsys.readouterr().err
+    table = _table(out)
+    assert "| N=0: final % (K3 x1e-3) | N=2: final % (K3 x1e-3) | N=8:" in table
+    assert "| TOPR | 0.0002 | 60.0 (5.5) | 0.0 (5.5) | 60.0 (5.5) |" in table  # k3 1e-3 x mean update 5.5
+    assert "**Tiers at both step sizes**" in table
+    # scores 60 / 30 / 10 at lr 2e-4 (each row's own tier), 60 for all at 5e-5 (one tier). Each
+    # cell's two runs at +-1; at each N two cells have one seed high and one the other, so the
+    # seed blocks (kept) sit 1/3 off and the residuals are +-2/3 in two cells and +-4/3 in one:
+    # variance (4 x 4/9 + 2 x 16/9) / (6 runs - 3 cells - 1 block shift) = 8/3 on 2 df per N; a
+    # score's SE sqrt(3 x 8/3 / 2 / 9) = 0.667 on Satterthwaite's (3 v)^2 / (3 v^2 / 2) = 6 df,
+    # 95% half-width t(0.975, 6) x 0.667 = 1.63. GRPO+TIS's are the +-4/3 residuals at every N:
+    # its own variance (s2 = 2 sigma^2 on its own d = 2) is above the model's (one spread: three
+    # variances on 2 df each spread no more than chance), so its intervals take it: SE 0.943 on
+    # 1 / (3 (1/3)^2 / 2 + 1 / 2) = 1.5 df, t(0.975, 1.5) x 0.943 = 5.67; its differences
+    # (SE sqrt(4/9 + 8/9) = 1.15 on 2.6 df, simultaneous) wider still
+    assert "| TOPR | a | 1-1 | 60.0 ± 1.6 | +30.0 ± 5.4 (above) | a | 1-3 | 60.0 ± 1.6 | +0.0 ± 5.4 (level) |" in table
+    assert "| GRPO+TIS | b | 2-2 | 30.0 ± 5.7 |  | a | 1-3 | 60.0 ± 5.7 |  | joins the top tier |" in table
+    assert "| GRPO | c | 3-3 | 10.0 ± 1.6 | -20.0 ± 5.4 (below) | a | 1-3 | 60.0 ± 1.6 |" in table
+    assert ("of the 3 rows scored at both: 3 change: TOPR (above -> level GRPO+TIS); GRPO+TIS (joins "
+            "the top tier); GRPO (joins the top tier, below -> level GRPO+TIS).") in table
+
+
+def test_leaderboard_with_one_run_per_cell_shows_the_cells(tmp_path):
+    """A step size's first blocks (seed 0 only): no replicate for the model, so the table is the
+    cells alone and says why."""
+    runs = tmp_path / "runs"
+    for loss, final in (("grpo", 0.5), ("grpo_tis", 0.55)):
+        for delay in (0, 8):
+            _run(runs, final - 0.1 * (delay > 0), loss, delay, 0)
+    out = str(tmp_path / "lb.png")
+    plot.main(["leaderboard", str(runs), "--out", out])
+    table = _table(out)
+    assert "| GRPO+TIS | 55.0 | 45.0 |" in table and "| GRPO | 50.0 | 40.0 |" in table
+    assert "One run per cell so far" in table and os.path.getsize(out) > 10_000
+
+
+def test_a_row_is_an_objective_with_its_settings(tmp_path):
+    """GRPO+TIS runs at tis_cap 5 beside runs at its default 2 are a row of their own, labelled by
+    what differs; PPO against the sampler is such a row (grpo at grpo_anchor behavior), named."""
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        for delay in (0, 8, 32, 128):
+            _run(runs, 0.4 + 0.01 * seed, "grpo_tis", delay, seed)
+            _run(runs, 0.2 + 0.01 * seed, "grpo_tis", delay, seed, name=f"grpo_tis_N{delay}_s{seed}_tis_cap-5.0",
+                 **{"loss_args.tis_cap": 5.0})
+            _run(runs, 0.3 + 0.01 * seed, "grpo", delay, seed, name=f"grpo_N{delay}_s{seed}_grpo_anchor-behavior",
+                 **{"loss_args.grpo_anchor": "behavior"})
+    loaded = plot.load_runs(str(runs))
+    assert set(plot.row_order(loaded)) == {"grpo_tis", "grpo_tis_tis_cap-5.0", "grpo_grpo_anchor-behavior"}
+    assert plot.row_order(loaded)[0] == "grpo_grpo_anchor-behavior"  # grpo before grpo_tis, as registered
+    assert plot.row_label("grpo_tis_tis_cap-5.0") == "GRPO+TIS (tis_cap 5)"
+    assert plot.row_label("grpo_grpo_anchor-behavior") == "PPO vs sampler (GRPO, behavior anchor)"
+    assert plot.row_label("grpo_mis_mis_direction-harmful_mis_low-0.8") == "GRPO+MIS (mis_direction harmful, mis_low 0.8)"
+    out = str(tmp_path / "leaderboard.png")
+    plot.main(["leaderboard", str(runs), "--out", out])
+    rows = {l.split(" | ")[1]: l.split(" | ") for l in _table(out).split("\n\n")[1].splitlines()[2:]}
+    assert rows["GRPO+TIS"][9:11] == ["40.5 (40.0-41.0)", "40.5 (40.0-41.0)"]
+    assert rows["GRPO+TIS (tis_cap 5)"][9:11] == ["20.5 (20.0-21.0)", "20.5 (20.0-21.0)"]
+
+
+def test_the_statistics_refuse_to_pool_settings_or_designs(tmp_path):
+    """stats.fit_leaderboard refuses one method whose runs differ in an objective setting, naming
+    the key; a table whose runs differ in a training setting (lr) is refused, naming it."""
+    import pandas as pd
+    from lab import stats
+    data = pd.DataFrame([{"method": "grpo_tis", "N": n, "seed": s, "path": "P1", "y": 40.0 + s,
+                          "trajectory": f"{n}{s}", "settings": json.dumps({"tis_cap": 2.0 if s else 5.0})}
+                         for n in (0, 8, 32, 128) for s in (0, 1)])
+    with pytest.raises(ValueError, match="differ in tis_cap"):
+        stats.fit_leaderboard(data)
+    runs = tmp_path / "runs"
+    for delay in (0, 8):
+        _run(runs, 0.4, "grpo_tis", delay, 0)
+        _run(runs, 0.4, "grpo_tis", delay, 1, lr=5e-5)
+    with pytest.raises(ValueError, match="differ in lr"):
+        plot.main(["leaderboard", str(runs), "--out", str(tmp_path / "l.png")])
+
+
+def test_a_damaged_kept_run_is_named_with_what_to_do(tmp_path):
+    """A kept run whose metrics.jsonl.gz was cut short (a damaged gzip) stops the reader with the
+    folder's name and the remedy, not gzip's EOFError alone."""
+    import gzip
+    runs = tmp_path / "results"
+    _run(runs, 0.4, "grpo_tis", 8, 0)
+    folder = runs / "grpo_tis_N8_s0"
+    data = gzip.compress((folder / "metrics.jsonl").read_bytes())
+    (folder / "metrics.jsonl").unlink()
+    (folder / "metrics.jsonl.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"grpo_tis_N8_s0: its metrics file metrics.jsonl.gz is damaged "
+                                         r"\(EOFError.*Remove the folder and rerun its sweep"):
+        plot.load_runs(str(runs))
+
+
+def test_within_a_tier_the_pairs_that_differ_unadjusted_are_listed():
+    """Same-tier pairs: a, b, c share x and b, d share y; a-b (p 0.01), b-d (0.02) and b-c (0.04)
+    differ at the unadjusted 5% and are listed, by p, the higher first; a-c (0.3) does not; a-d
+    and c-d share no letter, whatever their p."""
+    result = {"tiers": {"a": "x", "b": "xy", "c": "x", "d": "y"}, "score": {"a": (50.0, 1), "b": (52.5, 1),
+              "c": (49.0, 1), "d": (40.0, 1)},
+              "pairs_raw": {("a", "b"): 0.01, ("a", "c"): 0.3, ("b", "c"): 0.04, ("a", "d"): 0.001,
+                            ("b", "d"): 0.02, ("c", "d"): 0.002}}
+    line = plot.within_tier_lines(result, str.upper)[1]
+    assert line.endswith("of the 4 pairs that share a letter, 3 differ individually: B above A (+2.5, p 0.01); "
+                         "B above D (+12.5, p 0.02); B above C (+3.5, p 0.04).")
+
+
+def test_make_row_names_the_row_and_reads_its_line(tmp_path):
+    """sweep.row_sweep builds one row's grid on the ladder's runs (its settings among those the
+    objective registers, else refused naming them); plot.row_key gives the key its runs will have
+    (5 and 5.0: one row), and plot.row_summary reads the row's line from a generated table, or
+    says its runs have not landed."""
+    import sweep
+    grid = sweep.row_sweep("grpo_tis", ["tis_cap=5"])["grid"]
+    assert grid == {"loss": ["grpo_tis"], "delay": [8, 32, 128, 0], "seed": list(range(10)),
+                    "loss_args.tis_cap": [5]}
+    with pytest.raises(ValueError, match="a key grpo_tis registers .clip_high, clip_low, tis_cap."):
+        sweep.row_sweep("grpo_tis", ["beta=1"])
+    assert plot.row_key("grpo_tis", ["tis_cap=5"]) == plot.row_key("grpo_tis", ["tis_cap=5.0"]) == "grpo_tis_tis_cap-5.0"
+    assert plot.row_key("grpo", ["grpo_anchor=behavior"]) == "grpo_grpo_anchor-behavior"
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        for delay in (0, 8, 32, 128):
+            _run(runs, 0.4 + 0.01 * seed, "grpo_tis", delay, seed)
+            _run(runs, 0.5 + 0.01 * seed, "m2po", delay, seed)
+    out = str(tmp_path / "leaderboard.png")
+    plot.main(["leaderboard", str(runs), "--out", out])
+    lines = plot.row_summary(str(tmp_path / "leaderboard.md"), "m2po")
+    assert lines[0].startswith("M2PO (m2po), from") and "  staleness score (95%): 50.5 ± " in "\n".join(lines)
+    assert "has no line" in plot.row_summary(str(tmp_path / "leaderboard.md"), "grpo_tis_tis_cap-5.0")[0]
+
+
+def test_what_the_paths_confound_is_counted_per_block():
+    """Rows a and b beside the references: a's two runs share seed, N and path with every
+    reference; b's seed-1 run sits on path Q where no reference ran at seed 1: 2 of 4 runs
+    inside, and b has none."""
+    import pandas as pd
+    rows = [(m, 8, s, "P") for m in ("grpo_tis", "grpo", "grpo_grpo_anchor-behavior") for s in (0, 1)]
+    rows += [("a", 8, 0, "P"), ("a", 8, 1, "P"), ("b", 8, 0, "Q"), ("b", 8, 1, "Q")]
+    data = pd.DataFrame(rows, columns=["method", "N", "seed", "path"])
+    line = plot.confounding_lines(data, str.upper)[1]
+    assert "2 of the other rows' 4 runs share" in line and line.endswith("Rows with no run inside such a block: B.")
+
+
+def test_kept_results_read_as_their_run_folder(tmp_path):
+    """sweep.keep_results's compact copy of a finished run (results/<sweep>/<run>) reads as the run
+    folder it was made from."""
+    import sweep
+    _run(tmp_path / "runs", 0.5)
+    sweep.keep_results(str(tmp_path / "runs" / "grpo_N0_s0"), str(tmp_path / "results" / "grpo_N0_s0"))
+    from_run, from_results = (plot.load_runs(str(tmp_path / folder)) for folder in ("runs", "results"))
+    assert plot.final_accuracy(from_run) == plot.final_accuracy(from_results) == {("grpo", 0): [0.5]}
+
+
+def test_figures_live_in_figures():
+    """Nothing generated at the root; every figure a make target draws goes into lab/figures/ and is
+    there, with its table; lab/plot.py without --out and lab/plot_fig6.py write there too."""
+    figures_at_root = [f for f in os.listdir(ROOT)
+                       if f.endswith(".png") or re.match(r"(fig\d|leaderboard|numerics).*\.md$", f)]
+    assert figures_at_root == []
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        outs = re.findall(r"--out (\S+)", f.read())
+    assert outs and [o for o in outs if not o.startswith("lab/figures/")] == []
+    for out in outs:
+        if out.endswith(".csv"):  # a tidy table per grid (test_tables checks each)
+            continue
+        assert os.path.exists(os.path.join(ROOT, out)), out
+        assert os.path.exists(os.path.join(ROOT, os.path.splitext(out)[0] + ".md")), out
+    with open(os.path.join(ROOT, "lab", "plot_fig6.py")) as f:
+        assert '"figures", "fig6.png"' in f.read()
+
+
+def test_plot_writes_into_figures_by_default(monkeypatch):
+    drawn = []
+    monkeypatch.setitem(plot.FIGURES, "fig3", lambda root, out, **_: drawn.append(out))
+    plot.main(["fig3", "runs/anything"])
+    assert drawn == [os.path.join(ROOT, "lab", "figures", "fig3.png")]
+
+
+def test_every_registered_objective_has_its_own_plot_style(monkeypatch):
+    monkeypatch.setattr(losses, "LOSSES", dict(losses.LOSSES))
+    losses.register("fifth", needs_ref=False, label="Fifth")(losses.LOSSES["grpo"].fn)
+    styles = {name: plot.loss_style(name) for name in losses.LOSSES}
+    k = len(losses.LOSSES)
+    assert len(styles) == k and len({s[1:] for s in styles.values()}) == k  # color + line style
+    assert [s[0] for s in styles.values()][:4] + [styles["fifth"][0]] == \
+        ["GRPO", "GRPO+TIS", "AGRO", "GGPO", "Fifth"]
+    runs = [{"loss": name} for name in ("ggpo", "fifth", "unregistered")]
+    assert list(plot.by_loss(runs)) == ["ggpo", "fifth", "unregistered"]
+
+
+def test_a_fifth_objective_is_drawn_with_its_label(tmp_path, monkeypatch):
+    """An objective registered in losses.py (here in the test, as tests/test_layout.py trains one)
+    is drawn in Fig. 1 with its label, from run folders as train.py writes them."""
+    monkeypatch.setattr(losses, "LOSSES", dict(losses.LOSSES))
+    losses.register("reinforce_mean", needs_ref=False, label="REINFORCE (group mean)")(losses.LOSSES["grpo"].fn)
+    for seed in (0, 1):
+        _run(tmp_path / "runs", 0.4 + 0.1 * seed, "reinforce_mean", 8, seed)
+    out = str(tmp_path / "fig1.png")
+    plot.fig1(str(tmp_path / "runs"), out, delay=8, window=0)
+    assert "| REINFORCE (group mean) |" in _table(out) and os.path.getsize(out) > 0
