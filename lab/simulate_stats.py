@@ -36,7 +36,7 @@ import pandas as pd  # noqa: E402
 import statsmodels.api as sm  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from lab import plot, stats  # noqa: E402
+from lab import reader, stats  # noqa: E402
 
 
 def error_pools(result: dict) -> list:
@@ -186,7 +186,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     if args.references:
-        out = simulate_references(plot.leaderboard_data(plot.load_runs(args.root)), args.reps, args.seed,
+        out = simulate_references(reader.leaderboard_data(reader.load_runs(args.root)), args.reps, args.seed,
                                   own_floor=not args.no_floor)
         print(f"{args.reps} simulated tables (Normal errors), refitted on the fitted design "
               f"{'without' if args.no_floor else 'with'} the own-variance floor ({time.perf_counter() - t0:.0f} s): "
@@ -201,7 +201,7 @@ def main(argv=None) -> None:
               f"{out['percentile_miss_mean']:.3f} of tables on average; the row missed most: "
               f"{missed_most(out['percentile_worst'])})")
         return
-    out = simulate(plot.leaderboard_data(plot.load_runs(args.root)), args.reps, args.seed,
+    out = simulate(reader.leaderboard_data(reader.load_runs(args.root)), args.reps, args.seed,
                    by_method=not args.pooled, resampled=args.errors == "resampled", own_floor=not args.no_floor)
     print(f"{args.reps} simulated tables ({args.errors} errors), refitted with "
           f"{'one SD per N' if args.pooled else 'a spread per method'} "

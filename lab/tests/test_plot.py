@@ -5,43 +5,11 @@ import os
 import re
 
 import pytest
-import yaml
 
-import config
 import losses
 import run_info
-from lab import plot
-from lab.tests.conftest import ROOT
-
-BATCH = 8  # responses per rollout batch of the synthetic runs
-
-
-def _run(root, final, loss="grpo", delay=0, seed=0, updates=10, name=None, k3=0.001, logged=None,
-         **cfg):
-    """A run folder as train.py writes it: config.yaml, and metrics.jsonl whose eval rows (update
-    0 and the last) hold the difficulty split; k3 = k3 * update, reward = 0.1 + 0.01 * update;
-    `logged`: more per-update metrics (their values), replacing clip_frac."""
-    run_cfg = config.load_config(None, [f"loss={loss}", f"delay={delay}", f"seed={seed}",
-                                        f"updates={updates}"])
-    for key, value in cfg.items():
-        section, _, sub = key.partition(".")
-        if sub:
-            run_cfg[section][sub] = value
-        else:
-            run_cfg[key] = value
-    folder = root / (name or f"{loss}_N{delay}_s{seed}")
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(run_cfg))
-    evals = lambda acc: {"eval/toy/mean@4": acc, "eval/toy/best@4": acc + 0.2, "eval/toy/partial_mean@4": acc,
-                         "eval/toy/unsolved_solved_frac": acc / 2, "eval/toy/partial_count": 50,
-                         "eval/toy/unsolved_count": 20}
-    rows = [{"update": 0, "responses_total": 0, **evals(0.3)}]
-    rows += [{"update": t, "k3": k3 * t, "entropy": 0.2, "reward_mean": 0.1 + 0.01 * t,
-              **({"clip_frac": 0.05} if logged is None else logged), "ggpo_ess_success": 0.5,
-              "grad_norm": 1.0, "response_len_mean": 9,
-              "responses_total": (min(t + delay, updates)) * BATCH} for t in range(1, updates + 1)]
-    rows[-1].update(evals(final))
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+from lab import plot, reader, report
+from lab.tests.conftest import ROOT, write_run
 
 
 def _table(path):
@@ -53,7 +21,7 @@ def test_fig1_fig3_fig2_fig5_fig7_from_a_ladder(tmp_path):
     for loss in ("grpo", "ggpo"):
         for delay, final in ((0, 0.5), (8, 0.25)):
             for seed in (0, 1):
-                _run(runs, final + 0.1 * seed, loss, delay, seed, k3=0.001 * (1 + delay))
+                write_run(runs, final + 0.1 * seed, loss, delay, seed, k3=0.001 * (1 + delay))
     out = {f: str(tmp_path / f"{f}.png") for f in ("fig1", "fig2", "fig3", "fig5", "fig7")}
     for figure, path in out.items():
         plot.main([figure, str(runs), "--out", path, "--delay", "8"])
@@ -70,27 +38,27 @@ def test_fig1_fig3_fig2_fig5_fig7_from_a_ladder(tmp_path):
     assert "| GRPO | 30.0 (25.0-35.0) | 15.0 (12.5-17.5) |" in _table(out["fig5"])
     # Fig. 7: the last 10% of 10 updates is update 10 alone: K3 = 0.001 * (1 + N) * 10
     assert "| GGPO | 8 | 90 | 0.2 | 0.05 |  | 0.5 | 1 | 0.2 | 9 |" in _table(out["fig7"])
-    assert plot.eval_key([{"eval/toy/mean@4": 1, "eval/avg/mean@4": 1}], "mean@") == "eval/toy/mean@4"
+    assert reader.eval_key([{"eval/toy/mean@4": 1, "eval/avg/mean@4": 1}], "mean@") == "eval/toy/mean@4"
     two = [{"eval/math500/mean@4": 1, "eval/aime24/mean@4": 1, "eval/avg/mean@4": 1}]
-    assert plot.eval_key(two, "mean@") == "eval/math500/mean@4"
-    assert plot.eval_key(two, "mean@", average=True) == "eval/avg/mean@4"
+    assert reader.eval_key(two, "mean@") == "eval/math500/mean@4"
+    assert reader.eval_key(two, "mean@", average=True) == "eval/avg/mean@4"
     with pytest.raises(ValueError, match="eval_every"):
-        plot.eval_key([{"update": 1}], "mean@")
+        reader.eval_key([{"update": 1}], "mean@")
 
 
 def test_fig4_fig8_fig9_fig10_from_their_grids(tmp_path):
     for seed in (0, 1, 2):
         for loss, final in (("grpo", 0.2), ("ggpo", 0.4)):
-            _run(tmp_path / "fig4", final + 0.01 * seed, loss, 0, seed,
+            write_run(tmp_path / "fig4", final + 0.01 * seed, loss, 0, seed,
                  **{"offline_pool.path": "pool.jsonl", "offline_pool.batches": 10})
     for beta in (0.01, 0.1):
         for refresh in (0, 5):
-            _run(tmp_path / "fig8", 0.3 + beta + refresh / 100, "ggpo", 8, 0,
+            write_run(tmp_path / "fig8", 0.3 + beta + refresh / 100, "ggpo", 8, 0,
                  name=f"ggpo_N8_s0_beta-{beta}_ref_refresh_every-{refresh}",
                  **{"loss_args.beta": beta, "ref_refresh_every": refresh})
     for variant, final in (("original", 0.1), ("detached", 0.4)):
         for seed in (0, 1):
-            _run(tmp_path / "fig10", final, "ggpo", 8, seed, name=f"ggpo_N8_s{seed}_v-{variant}",
+            write_run(tmp_path / "fig10", final, "ggpo", 8, seed, name=f"ggpo_N8_s{seed}_v-{variant}",
                  **{"loss_args.ggpo_variant": variant})
     paths = {}
     for figure, root in (("fig4", "fig4"), ("fig8", "fig8"), ("fig9", "fig8"), ("fig10", "fig10")):
@@ -118,14 +86,14 @@ def test_leaderboard_table_from_the_pooled_model(tmp_path):
     tis = {0: [0.5] * 3, 8: [0.40, 0.42, 0.44], 32: [0.30, 0.33, 0.36], 128: [0.20, 0.21, 0.22]}
     for seed in (0, 1, 2):
         for delay, finals in tis.items():
-            _run(runs, finals[seed], "grpo_tis", delay, seed, logged={"is_chi2_token": 0.2})
-            _run(runs, finals[seed] + 0.1 + 0.01 * seed, "m2po", delay, seed, k3=0.002,
+            write_run(runs, finals[seed], "grpo_tis", delay, seed, logged={"is_chi2_token": 0.2})
+            write_run(runs, finals[seed] + 0.1 + 0.01 * seed, "m2po", delay, seed, k3=0.002,
                  logged={"is_chi2_token": 0.5, "is_masked_frac": 0.25 + 0.1 * seed})
     for delay in (8, 32, 128):
-        _run(runs, 0.5, "grpo", delay, 0, name=f"grpo_N{delay}_s0_grpo_anchor-behavior",
+        write_run(runs, 0.5, "grpo", delay, 0, name=f"grpo_N{delay}_s0_grpo_anchor-behavior",
              logged={"clip_frac": 0.1, "is_chi2_token": 0.3}, **{"loss_args.grpo_anchor": "behavior"})
     for delay in (8, 32):
-        _run(runs, 0.9, "grpo", delay, 0, logged={"is_chi2_token": 0.2})
+        write_run(runs, 0.9, "grpo", delay, 0, logged={"is_chi2_token": 0.2})
     out = str(tmp_path / "leaderboard.png")
     plot.main(["leaderboard", str(runs), "--out", out])
     assert os.path.getsize(out) > 10_000 and os.path.getsize(str(tmp_path / "leaderboard_k3.png")) > 10_000
@@ -157,9 +125,9 @@ def test_leaderboard_says_how_many_on_policy_runs_are_copies(tmp_path):
     runs = tmp_path / "runs"
     for seed in (0, 1, 2):
         for loss, shift in (("grpo_tis", 0.0), ("m2po", 0.1)):
-            _run(runs, 0.5 + 0.01 * seed, loss, 0, seed)
+            write_run(runs, 0.5 + 0.01 * seed, loss, 0, seed)
             for delay in (8, 32, 128):
-                _run(runs, 0.3 + shift + 0.02 * seed - delay / 1000, loss, delay, seed)
+                write_run(runs, 0.3 + shift + 0.02 * seed - delay / 1000, loss, delay, seed)
     out = str(tmp_path / "leaderboard.png")
     plot.main(["leaderboard", str(runs), "--out", out])
     assert "At N = 0 the 6 runs hold 3 distinct ones" in _table(out)
@@ -172,15 +140,15 @@ def test_late_evaluation_measure_uses_the_same_runs(tmp_path):
     0 and 20 is left out of both."""
     runs = tmp_path / "runs"
     for seed, evals in ((0, {17: 0.3, 18: 0.40, 19: 0.44, 20: 0.42}), (1, {17: 0.2, 18: 0.46, 19: 0.44, 20: 0.50})):
-        _run(runs, 0.0, "grpo_tis", 8, seed, updates=20)
+        write_run(runs, 0.0, "grpo_tis", 8, seed, updates=20)
         path = runs / f"grpo_tis_N8_s{seed}" / "metrics.jsonl"
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         for row in rows:
             if row["update"] in evals:
                 row["eval/toy/mean@4"] = evals[row["update"]]
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    _run(runs, 0.45, "grpo_tis", 8, 2, updates=20)
-    lines = plot.late_measure_lines(plot.load_runs(str(runs)))
+    write_run(runs, 0.45, "grpo_tis", 8, 2, updates=20)
+    lines = report.late_measure_lines(reader.load_runs(str(runs)))
     finals_sd, late_sd = 100 * 0.08 / math.sqrt(2), 100 * (0.4666667 - 0.42) / math.sqrt(2)
     assert f"| 8 | 1 | 2 | {finals_sd:.2f} | {late_sd:.2f} | {late_sd / finals_sd:.2f} |" in lines
 
@@ -198,7 +166,7 @@ def test_direction_ablation_table(tmp_path):
     for seed in (0, 1):
         for band, low, high in (("wide", 0.0, 5.0), ("narrow", 0.8, 1.2)):
             for direction_, final in (("both", 0.2), ("harmful", 0.3 + 0.1 * seed if band == "wide" else 0.2)):
-                _run(runs, final, "grpo_mis", 32, seed, name=f"{band}_{direction_}_s{seed}",
+                write_run(runs, final, "grpo_mis", 32, seed, name=f"{band}_{direction_}_s{seed}",
                      **{"loss_args.mis_low": low, "loss_args.mis_high": high,
                         "loss_args.mis_direction": direction_})
     out = str(tmp_path / "direction.png")
@@ -219,11 +187,11 @@ def test_processors_table_pairs_runs_by_name(tmp_path):
     folder has is left out, and a config that differs is refused."""
     ref, rerun = tmp_path / "leaderboard", tmp_path / "rerun"
     for loss, final in (("grpo_tis", 0.2), ("gspo", 0.5)):
-        _run(ref, final, loss, 8, 0)
+        write_run(ref, final, loss, 8, 0)
         _session(ref / f"{loss}_N8_s0")
-    _run(ref, 0.4, "ggpo", 8, 0)  # in one folder only
-    _run(rerun, 0.25, "grpo_tis", 8, 0)
-    _run(rerun, 0.45, "gspo", 8, 0)
+    write_run(ref, 0.4, "ggpo", 8, 0)  # in one folder only
+    write_run(rerun, 0.25, "grpo_tis", 8, 0)
+    write_run(rerun, 0.45, "gspo", 8, 0)
     _session(rerun / "grpo_tis_N8_s0", isa=("avx2", "avx512f"))
     _session(rerun / "gspo_N8_s0", isa=("avx2", "avx512f"))
     metrics = rerun / "gspo_N8_s0" / "metrics.jsonl"
@@ -241,7 +209,7 @@ def test_processors_table_pairs_runs_by_name(tmp_path):
     assert "ggpo" not in table
     with pytest.raises(ValueError, match="needs --against"):
         plot.main(["processors", str(rerun), "--out", out])
-    _run(tmp_path / "other", 0.2, "grpo_tis", 8, 0, lr=1e-3)
+    write_run(tmp_path / "other", 0.2, "grpo_tis", 8, 0, lr=1e-3)
     with pytest.raises(ValueError, match=r"grpo_tis_N8_s0: its config differs .* in \['lr'\]"):
         plot.main(["processors", str(tmp_path / "other"), "--against", str(ref), "--out", out])
 
@@ -250,12 +218,12 @@ def test_fig7_fig10_without_clip_frac(tmp_path):
     runs = tmp_path / "runs"
     for seed in (0, 1):
         for delay in (0, 32):
-            _run(runs, 0.5, "grpo", delay, seed)
-            _run(runs, 0.6, "m2po", delay, seed, logged={"is_masked_frac": 0.25})
+            write_run(runs, 0.5, "grpo", delay, seed)
+            write_run(runs, 0.6, "m2po", delay, seed, logged={"is_masked_frac": 0.25})
     # fig. 7 and fig. 10 with clip_frac absent for some objectives
     plot.main(["fig7", str(runs), "--out", str(tmp_path / "fig7.png")])
     for variant, logged in (("original", {}), ("detached", None)):
-        _run(tmp_path / "fig10", 0.3, "ggpo", 8, 0, name=f"ggpo_N8_s0_v-{variant}", logged=logged,
+        write_run(tmp_path / "fig10", 0.3, "ggpo", 8, 0, name=f"ggpo_N8_s0_v-{variant}", logged=logged,
              **{"loss_args.ggpo_variant": variant})
     plot.main(["fig10", str(tmp_path / "fig10"), "--out", str(tmp_path / "fig10.png")])
     assert "| original | 0.155 | 0.2 | 30.0 | no clip |" in _table(str(tmp_path / "fig10.png"))
@@ -266,9 +234,9 @@ def test_numerics_table(tmp_path):
     """Two settings of lab/sweeps/numerics_toy.yaml: k3 over updates 1-10 and 31-60, engine_k3
     and engine_logp_diff_max averaged over all updates, one row per run, ordered by N."""
     runs = tmp_path / "runs"
-    _run(runs, 0.3, "grpo", 8, 0, updates=60, name="grpo_N8_s0_bl-engine",
+    write_run(runs, 0.3, "grpo", 8, 0, updates=60, name="grpo_N8_s0_bl-engine",
          logged={"engine_k3": 2e-4, "engine_logp_diff_max": 0.3})
-    _run(runs, 0.3, "grpo", 0, 0, updates=60, name="grpo_N0_s0_bl-learner_sd-bfloat16", k3=0.0,
+    write_run(runs, 0.3, "grpo", 0, 0, updates=60, name="grpo_N0_s0_bl-learner_sd-bfloat16", k3=0.0,
          logged={"engine_k3": 1e-4, "engine_logp_diff_max": 0.25}, behavior_logp="learner",
          sampler_dtype="bfloat16")
     out = str(tmp_path / "numerics.png")
@@ -277,20 +245,6 @@ def test_numerics_table(tmp_path):
     # k3 = 0.001 t: mean over t = 1..10 is 5.5e-3, over 31..60 45.5e-3
     assert rows == ["| 0 | bfloat16 | float32 | learner | 0 | 0 | 0.1 | 0.25 |",
                     "| 8 | float32 | float32 | engine | 5.5 | 45.5 | 0.2 | 0.3 |"]
-
-
-def test_unfinished_runs_are_named(tmp_path, capsys):
-    """A stopped sweep's unfinished run is drawn with its latest evaluation as its final one, so
-    lab/plot.py names it (and only it) on stderr."""
-    runs = tmp_path / "runs"
-    _run(runs, 0.5, "grpo", 0, 0)
-    _run(runs, 0.4, "grpo", 0, 1, updates=4, name="grpo_N0_s1")
-    config_path = runs / "grpo_N0_s1" / "config.yaml"  # 4 updates logged of 10 configured
-    config_path.write_text(yaml.safe_dump({**yaml.safe_load(config_path.read_text()), "updates": 10}))
-    plot.main(["fig3", str(runs), "--out", str(tmp_path / "fig3.png")])
-    err = capsys.readouterr().err
-    assert "1 of 2 runs" in err and "grpo_N0_s1 (update 4 of 10)" in err
-    assert "grpo_N0_s0" not in err
 
 
 def _session(folder, model="AMD EPYC", isa=("avx", "avx2", "fma"), start=0, **kw):
@@ -311,7 +265,7 @@ def test_tables_name_their_machines_and_warn_when_processors_mix(tmp_path, capsy
     kinds add a warning to the table and to stderr."""
     runs = tmp_path / "runs"
     for seed in (0, 1):
-        _run(runs, 0.5, "grpo", 0, seed)
+        write_run(runs, 0.5, "grpo", 0, seed)
         _session(runs / f"grpo_N0_s{seed}")
     out = str(tmp_path / "fig3.png")
     plot.main(["fig3", str(runs), "--out", out])
@@ -321,12 +275,12 @@ def test_tables_name_their_machines_and_warn_when_processors_mix(tmp_path, capsy
     assert "warning" not in capsys.readouterr().err
     # a third run resumed on an Intel machine with AVX-512 and AMX, the transformers sampler, and
     # a dirty tree; a fourth from before run_info.json
-    _run(runs, 0.5, "grpo", 0, 2)
+    write_run(runs, 0.5, "grpo", 0, 2)
     _session(runs / "grpo_N0_s2")
     _session(runs / "grpo_N0_s2", "Intel(R) Xeon(R) Platinum 8481C", ("avx2", "avx512f", "avx512_bf16",
              "amx_tile", "amx_bf16"), start=5, sampler="transformers",
              git={"commit": "fedcba9876", "dirty": True})
-    _run(runs, 0.5, "grpo", 0, 3)
+    write_run(runs, 0.5, "grpo", 0, 3)
     plot.main(["fig3", str(runs), "--out", out])
     notes = _table(out).split("|\n\n")[1].splitlines()
     intel = "Intel(R) Xeon(R) Platinum 8481C (avx2, avx512f, avx512_bf16, amx_tile)"
@@ -356,7 +310,7 @@ def test_drift_table_regime_prediction_and_anchor(tmp_path):
                 for seed in (0, 1):
                     anchor = {"loss_args.grpo_anchor": "behavior"} if loss == "behavior" else {}
                     high = seed if (i + j) % 2 else 1 - seed  # which seed is 0.1 up alternates by cell
-                    _run(root, 0.5 + 0.1 * high - (drop if delay else 0.0), "grpo" if loss == "behavior" else loss,
+                    write_run(root, 0.5 + 0.1 * high - (drop if delay else 0.0), "grpo" if loss == "behavior" else loss,
                          delay, seed, name=f"{loss}_N{delay}_s{seed}", k3=1e-3 * (1 + delay) * lr / 2e-4,
                          logged={"clip_frac": clip if delay else 0.0}, lr=lr, **anchor)
     out = str(tmp_path / "drift.png")
@@ -392,7 +346,7 @@ def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path, capsys):
         for i, (loss, final) in enumerate(finals.items()):
             for j, delay in enumerate(delays):
                 for seed in (0, 1):  # the higher seed alternates by cell
-                    _run(root, final + (0.01 if (seed + i + j) % 2 else -0.01), loss, delay, seed, lr=lr)
+                    write_run(root, final + (0.01 if (seed + i + j) % 2 else -0.01), loss, delay, seed, lr=lr)
     out = str(tmp_path / "drift.png")
     plot.main(["drift", f"{hi},{hi_n2},{tmp_path / 'not_yet'}", "--against", str(lo), "--out", out])
     assert f"{tmp_path / 'not_yet'} does not exist yet: left out" in capsys.readouterr().err
@@ -423,7 +377,7 @@ def test_leaderboard_with_one_run_per_cell_shows_the_cells(tmp_path):
     runs = tmp_path / "runs"
     for loss, final in (("grpo", 0.5), ("grpo_tis", 0.55)):
         for delay in (0, 8):
-            _run(runs, final - 0.1 * (delay > 0), loss, delay, 0)
+            write_run(runs, final - 0.1 * (delay > 0), loss, delay, 0)
     out = str(tmp_path / "lb.png")
     plot.main(["leaderboard", str(runs), "--out", out])
     table = _table(out)
@@ -437,17 +391,17 @@ def test_a_row_is_an_objective_with_its_settings(tmp_path):
     runs = tmp_path / "runs"
     for seed in (0, 1):
         for delay in (0, 8, 32, 128):
-            _run(runs, 0.4 + 0.01 * seed, "grpo_tis", delay, seed)
-            _run(runs, 0.2 + 0.01 * seed, "grpo_tis", delay, seed, name=f"grpo_tis_N{delay}_s{seed}_tis_cap-5.0",
+            write_run(runs, 0.4 + 0.01 * seed, "grpo_tis", delay, seed)
+            write_run(runs, 0.2 + 0.01 * seed, "grpo_tis", delay, seed, name=f"grpo_tis_N{delay}_s{seed}_tis_cap-5.0",
                  **{"loss_args.tis_cap": 5.0})
-            _run(runs, 0.3 + 0.01 * seed, "grpo", delay, seed, name=f"grpo_N{delay}_s{seed}_grpo_anchor-behavior",
+            write_run(runs, 0.3 + 0.01 * seed, "grpo", delay, seed, name=f"grpo_N{delay}_s{seed}_grpo_anchor-behavior",
                  **{"loss_args.grpo_anchor": "behavior"})
-    loaded = plot.load_runs(str(runs))
-    assert set(plot.row_order(loaded)) == {"grpo_tis", "grpo_tis_tis_cap-5.0", "grpo_grpo_anchor-behavior"}
-    assert plot.row_order(loaded)[0] == "grpo_grpo_anchor-behavior"  # grpo before grpo_tis, as registered
-    assert plot.row_label("grpo_tis_tis_cap-5.0") == "GRPO+TIS (tis_cap 5)"
-    assert plot.row_label("grpo_grpo_anchor-behavior") == "PPO vs sampler (GRPO, behavior anchor)"
-    assert plot.row_label("grpo_mis_mis_direction-harmful_mis_low-0.8") == "GRPO+MIS (mis_direction harmful, mis_low 0.8)"
+    loaded = reader.load_runs(str(runs))
+    assert set(reader.row_order(loaded)) == {"grpo_tis", "grpo_tis_tis_cap-5.0", "grpo_grpo_anchor-behavior"}
+    assert reader.row_order(loaded)[0] == "grpo_grpo_anchor-behavior"  # grpo before grpo_tis, as registered
+    assert reader.row_label("grpo_tis_tis_cap-5.0") == "GRPO+TIS (tis_cap 5)"
+    assert reader.row_label("grpo_grpo_anchor-behavior") == "PPO vs sampler (GRPO, behavior anchor)"
+    assert reader.row_label("grpo_mis_mis_direction-harmful_mis_low-0.8") == "GRPO+MIS (mis_direction harmful, mis_low 0.8)"
     out = str(tmp_path / "leaderboard.png")
     plot.main(["leaderboard", str(runs), "--out", out])
     rows = {l.split(" | ")[1]: l.split(" | ") for l in _table(out).split("\n\n")[1].splitlines()[2:]}
@@ -467,25 +421,10 @@ def test_the_statistics_refuse_to_pool_settings_or_designs(tmp_path):
         stats.fit_leaderboard(data)
     runs = tmp_path / "runs"
     for delay in (0, 8):
-        _run(runs, 0.4, "grpo_tis", delay, 0)
-        _run(runs, 0.4, "grpo_tis", delay, 1, lr=5e-5)
+        write_run(runs, 0.4, "grpo_tis", delay, 0)
+        write_run(runs, 0.4, "grpo_tis", delay, 1, lr=5e-5)
     with pytest.raises(ValueError, match="differ in lr"):
         plot.main(["leaderboard", str(runs), "--out", str(tmp_path / "l.png")])
-
-
-def test_a_damaged_kept_run_is_named_with_what_to_do(tmp_path):
-    """A kept run whose metrics.jsonl.gz was cut short (a damaged gzip) stops the reader with the
-    folder's name and the remedy, not gzip's EOFError alone."""
-    import gzip
-    runs = tmp_path / "results"
-    _run(runs, 0.4, "grpo_tis", 8, 0)
-    folder = runs / "grpo_tis_N8_s0"
-    data = gzip.compress((folder / "metrics.jsonl").read_bytes())
-    (folder / "metrics.jsonl").unlink()
-    (folder / "metrics.jsonl.gz").write_bytes(data[: len(data) // 2])
-    with pytest.raises(ValueError, match=r"grpo_tis_N8_s0: its metrics file metrics.jsonl.gz is damaged "
-                                         r"\(EOFError.*Remove the folder and rerun its sweep"):
-        plot.load_runs(str(runs))
 
 
 def test_within_a_tier_the_pairs_that_differ_unadjusted_are_listed():
@@ -496,15 +435,15 @@ def test_within_a_tier_the_pairs_that_differ_unadjusted_are_listed():
               "c": (49.0, 1), "d": (40.0, 1)},
               "pairs_raw": {("a", "b"): 0.01, ("a", "c"): 0.3, ("b", "c"): 0.04, ("a", "d"): 0.001,
                             ("b", "d"): 0.02, ("c", "d"): 0.002}}
-    line = plot.within_tier_lines(result, str.upper)[1]
+    line = report.within_tier_lines(result, str.upper)[1]
     assert line.endswith("of the 4 pairs that share a letter, 3 differ individually: B above A (+2.5, p 0.01); "
                          "B above D (+12.5, p 0.02); B above C (+3.5, p 0.04).")
 
 
 def test_make_row_names_the_row_and_reads_its_line(tmp_path):
     """sweep.row_sweep builds one row's grid on the ladder's runs (its settings among those the
-    objective registers, else refused naming them); plot.row_key gives the key its runs will have
-    (5 and 5.0: one row), and plot.row_summary reads the row's line from a generated table, or
+    objective registers, else refused naming them); report.row_key gives the key its runs will have
+    (5 and 5.0: one row), and report.row_summary reads the row's line from a generated table, or
     says its runs have not landed."""
     import sweep
     grid = sweep.row_sweep("grpo_tis", ["tis_cap=5"])["grid"]
@@ -512,18 +451,18 @@ def test_make_row_names_the_row_and_reads_its_line(tmp_path):
                     "loss_args.tis_cap": [5]}
     with pytest.raises(ValueError, match="a key grpo_tis registers .clip_high, clip_low, tis_cap."):
         sweep.row_sweep("grpo_tis", ["beta=1"])
-    assert plot.row_key("grpo_tis", ["tis_cap=5"]) == plot.row_key("grpo_tis", ["tis_cap=5.0"]) == "grpo_tis_tis_cap-5.0"
-    assert plot.row_key("grpo", ["grpo_anchor=behavior"]) == "grpo_grpo_anchor-behavior"
+    assert report.row_key("grpo_tis", ["tis_cap=5"]) == report.row_key("grpo_tis", ["tis_cap=5.0"]) == "grpo_tis_tis_cap-5.0"
+    assert report.row_key("grpo", ["grpo_anchor=behavior"]) == "grpo_grpo_anchor-behavior"
     runs = tmp_path / "runs"
     for seed in (0, 1):
         for delay in (0, 8, 32, 128):
-            _run(runs, 0.4 + 0.01 * seed, "grpo_tis", delay, seed)
-            _run(runs, 0.5 + 0.01 * seed, "m2po", delay, seed)
+            write_run(runs, 0.4 + 0.01 * seed, "grpo_tis", delay, seed)
+            write_run(runs, 0.5 + 0.01 * seed, "m2po", delay, seed)
     out = str(tmp_path / "leaderboard.png")
     plot.main(["leaderboard", str(runs), "--out", out])
-    lines = plot.row_summary(str(tmp_path / "leaderboard.md"), "m2po")
+    lines = report.row_summary(str(tmp_path / "leaderboard.md"), "m2po")
     assert lines[0].startswith("M2PO (m2po), from") and "  staleness score (95%): 50.5 ± " in "\n".join(lines)
-    assert "has no line" in plot.row_summary(str(tmp_path / "leaderboard.md"), "grpo_tis_tis_cap-5.0")[0]
+    assert "has no line" in report.row_summary(str(tmp_path / "leaderboard.md"), "grpo_tis_tis_cap-5.0")[0]
 
 
 def test_what_the_paths_confound_is_counted_per_block():
@@ -534,18 +473,8 @@ def test_what_the_paths_confound_is_counted_per_block():
     rows = [(m, 8, s, "P") for m in ("grpo_tis", "grpo", "grpo_grpo_anchor-behavior") for s in (0, 1)]
     rows += [("a", 8, 0, "P"), ("a", 8, 1, "P"), ("b", 8, 0, "Q"), ("b", 8, 1, "Q")]
     data = pd.DataFrame(rows, columns=["method", "N", "seed", "path"])
-    line = plot.confounding_lines(data, str.upper)[1]
+    line = report.confounding_lines(data, str.upper)[1]
     assert "2 of the other rows' 4 runs share" in line and line.endswith("Rows with no run inside such a block: B.")
-
-
-def test_kept_results_read_as_their_run_folder(tmp_path):
-    """sweep.keep_results's compact copy of a finished run (results/<sweep>/<run>) reads as the run
-    folder it was made from."""
-    import sweep
-    _run(tmp_path / "runs", 0.5)
-    sweep.keep_results(str(tmp_path / "runs" / "grpo_N0_s0"), str(tmp_path / "results" / "grpo_N0_s0"))
-    from_run, from_results = (plot.load_runs(str(tmp_path / folder)) for folder in ("runs", "results"))
-    assert plot.final_accuracy(from_run) == plot.final_accuracy(from_results) == {("grpo", 0): [0.5]}
 
 
 def test_figures_live_in_figures():
@@ -582,7 +511,7 @@ def test_every_registered_objective_has_its_own_plot_style(monkeypatch):
     assert [s[0] for s in styles.values()][:4] + [styles["fifth"][0]] == \
         ["GRPO", "GRPO+TIS", "AGRO", "GGPO", "Fifth"]
     runs = [{"loss": name} for name in ("ggpo", "fifth", "unregistered")]
-    assert list(plot.by_loss(runs)) == ["ggpo", "fifth", "unregistered"]
+    assert list(reader.by_loss(runs)) == ["ggpo", "fifth", "unregistered"]
 
 
 def test_a_fifth_objective_is_drawn_with_its_label(tmp_path, monkeypatch):
@@ -591,7 +520,7 @@ def test_a_fifth_objective_is_drawn_with_its_label(tmp_path, monkeypatch):
     monkeypatch.setattr(losses, "LOSSES", dict(losses.LOSSES))
     losses.register("reinforce_mean", needs_ref=False, label="REINFORCE (group mean)")(losses.LOSSES["grpo"].fn)
     for seed in (0, 1):
-        _run(tmp_path / "runs", 0.4 + 0.1 * seed, "reinforce_mean", 8, seed)
+        write_run(tmp_path / "runs", 0.4 + 0.1 * seed, "reinforce_mean", 8, seed)
     out = str(tmp_path / "fig1.png")
     plot.fig1(str(tmp_path / "runs"), out, delay=8, window=0)
     assert "| REINFORCE (group mean) |" in _table(out) and os.path.getsize(out) > 0

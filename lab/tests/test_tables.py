@@ -7,7 +7,7 @@ import statistics
 
 import yaml
 
-from lab import plot
+from lab import plot, reader, report
 from lab.tests.conftest import ROOT
 
 FIGURES = os.path.join(ROOT, "lab", "figures")
@@ -235,7 +235,7 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     with open(os.path.join(ROOT, "lab", "sweeps", "leaderboard_lr5e-5_toy.yaml")) as f:
         names = yaml.safe_load(f)["grid"]["loss"] + ["grpo_grpo_anchor-behavior"]  # + grpo's `only` anchor
     # the second step's fifteen rows (the newest corrections join that table as they land)
-    ladder = {plot.method_style(m, names)[0] for m in names}
+    ladder = {reader.row_label(m) for m in names}
     assert len(ladder) == 15
     assert ladder <= set(lr5e5)
     vs_tis = {m: cells[9] for m, cells in lr5e5.items()}  # every row of the fifteen but AGRO (and GRPO) within 5 points of GRPO+TIS
@@ -348,15 +348,15 @@ def test_the_lag_map_reads_the_leaderboard_for_each_frameworks_row():
     listed = [(fw, key) for fw in frameworks for key in fw["rows"]]
     assert len(body) == len(listed)
     for (fw, key), cells in zip(listed, body):
-        assert cells[0] == fw["name"] and cells[4].startswith(plot.row_label(key) + ": ")
-        assert plot.row_label(key) != key  # parsed into an objective and settings it registers
-        label = plot.row_label(key)
+        assert cells[0] == fw["name"] and cells[4].startswith(reader.row_label(key) + ": ")
+        assert reader.row_label(key) != key  # parsed into an objective and settings it registers
+        label = reader.row_label(key)
         if label not in table:
             assert cells[5] == "not on the ladder yet", key
             continue
         row = table[label]
-        first = plot.ladder_n(fw["bound"], [0, 8, 32, 128])
-        later = plot.ladder_n(4 * first, [0, 8, 32, 128]) if first else None
+        first = report.ladder_n(fw["bound"], [0, 8, 32, 128])
+        later = report.ladder_n(4 * first, [0, 8, 32, 128]) if first else None
         assert cells[5:7] == [row["tier"], row["staleness score (95%)"]], key
         assert cells[7] == f"N={first}: {row[f'N={first}']}", key
         assert cells[8] == (f"N={later}: {row[f'N={later}']}" if later else ""), key
