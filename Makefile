@@ -163,6 +163,7 @@ tables: .venv/ready
 # Every toy figure (finished runs are skipped).
 figs: demo fig3 fig4 fig8 fig10
 
+# Every test folder: the loop's (tests/), the lab's (lab/tests/) and the benchmarks' (bench/tests/).
 test: .venv/ready
 	$(PY) -m pytest -q tests lab/tests bench/tests
 
