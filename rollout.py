@@ -67,7 +67,7 @@ def batch_seed(run_seed: int, batch_index: int) -> int:
 
 
 class Sampler:
-    kind = "vllm"
+    backend = "vllm"
 
     def __init__(self, model_path: str, dtype: str = "float32", max_model_len: int = 64,
                  gpu_memory_utilization: float = 0.35, enable_sleep_mode: bool = False,
@@ -203,7 +203,7 @@ class TransformersSampler:
     # prompt + response tokens of the responses sampled at once (whole groups; the KV cache of
     # Qwen3-1.7B in bf16 holds 114 KB a token: 2^18 tokens are 30 GB, a toy batch is 3,300)
     CHUNK_TOKENS = 2 ** 18
-    kind = "transformers"
+    backend = "transformers"
 
     def __init__(self, model_path: str, dtype: str = "float32", max_model_len: int = 64,
                  seed: int = 0, device: str = "cpu"):

@@ -154,7 +154,7 @@ def train(cfg: dict, sampler=None) -> list:
         sampler = rollout.make_sampler(cfg)
     sampler.sync(model, start)  # a shared engine or a resumed run holds other weights
     run_info.record_session(out_dir, start, cpu.matmul_backend(model),  # run_info.json
-                              getattr(sampler, "kind", type(sampler).__name__))
+                              getattr(sampler, "backend", type(sampler).__name__))
     pad_id = sampler.tokenizer.pad_token_id
     if pad_id is None:
         pad_id = sampler.tokenizer.eos_token_id

@@ -29,12 +29,12 @@ def vllm_missing():
     return rollout.vllm_import_error()
 
 
-def sampler_of(kind: str, request):
-    """The session's vLLM engine (kind "vllm": the test skips where vLLM does not import) or its
-    transformers sampler (kind "transformers"), for tests parametrized over both."""
-    if kind == "vllm" and vllm_missing() is not None:
+def sampler_of(backend: str, request):
+    """The session's vLLM engine (backend "vllm": the test skips where vLLM does not import) or its
+    transformers sampler (backend "transformers"), for tests parametrized over both."""
+    if backend == "vllm" and vllm_missing() is not None:
         pytest.skip(f"needs vLLM, which does not import here ({vllm_missing()})")
-    return request.getfixturevalue("sampler" if kind == "vllm" else "transformers_sampler")
+    return request.getfixturevalue("sampler" if backend == "vllm" else "transformers_sampler")
 
 
 @pytest.fixture(scope="session")

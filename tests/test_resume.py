@@ -67,15 +67,15 @@ WITHOUT_VLLM = ["-c", "import runpy, sys; sys.modules['vllm'] = None; sys.argv =
                       "runpy.run_path(sys.argv[0], run_name='__main__')"]
 
 
-@pytest.mark.parametrize("kind", ["vllm", "transformers"])
-def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, request, kind):
+@pytest.mark.parametrize("backend", ["vllm", "transformers"])
+def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, request, backend):
     """SIGKILL after a checkpoint, resume in a new process (a new sampler), SIGTERM it (exit
     143 after a checkpoint), resume again: the same metrics and eval records as a run never
     stopped, every update logged once. transformers: the two processes run without vLLM
     (sampler=auto falls back, saying so), the rest in this one with the transformers sampler."""
-    sampler = sampler_of(kind, request)
+    sampler = sampler_of(backend, request)
     run_dir = tmp_path / "run"
-    python = [sys.executable] + (WITHOUT_VLLM if kind == "transformers" else [])
+    python = [sys.executable] + (WITHOUT_VLLM if backend == "transformers" else [])
     argv = python + [os.path.join(ROOT, "train.py"), os.path.join(ROOT, "configs", "toy.yaml"),
                      f"out_dir={run_dir}", f"model={TOY_MODEL}"] + [f"{k}={v}" for k, v in TINY.items()]
     def start(extra, log):  # stderr to a file, not a pipe: a full pipe would block the trainer
@@ -88,7 +88,7 @@ def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, request, kind):
     first.wait()
     killed_at = checkpoint.ckpt_update(checkpoint.latest_checkpoint(str(run_dir)))
     assert killed_at < TINY["updates"]
-    if kind == "transformers":
+    if backend == "transformers":
         assert "sampler=auto: vLLM does not import (ModuleNotFoundError: import of vllm halted" \
             in open(tmp_path / "first.log").read()
 
@@ -108,7 +108,7 @@ def test_sigkill_then_sigterm_then_resume_is_exact(tmp_path, request, kind):
     assert rows[0]["update"] == stopped_at + 1
     sessions = read_json(run_dir / "run_info.json")["sessions"]  # where each process ran, from where
     assert [(s["start_update"], s["sampler"]) for s in sessions] == \
-        [(0, kind), (killed_at, kind), (stopped_at, kind)]
+        [(0, backend), (killed_at, backend), (stopped_at, backend)]
     train.train(toy_config(tmp_path / "ref", **TINY), sampler=sampler)
     assert_same_metrics(read_jsonl(metrics), read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
     assert read_jsonl(run_dir / "eval_records.jsonl") == read_jsonl(tmp_path / "ref" / "eval_records.jsonl")

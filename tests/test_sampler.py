@@ -148,12 +148,12 @@ def test_sync_shares_the_learner_weights_or_copies_them_to_the_sampler_dtype(toy
     assert half.sample(["12+34="], 2, 4, seed=0)[0].policy_version == 1
 
 
-@pytest.mark.parametrize("kind", ["vllm", "transformers"])
-def test_eos_stop_strings_and_length_limits_as_vllm(kind, request, base_learner):
+@pytest.mark.parametrize("backend", ["vllm", "transformers"])
+def test_eos_stop_strings_and_length_limits_as_vllm(backend, request, base_learner):
     """Both samplers: an eos token stays in the tokens and log-probs and ends a finished
     response; max_tokens and max_model_len (64) cut unfinished ones; a stop string ends the text
     before it, finished, the tokens kept up to the one that completed it; grouped by prompt."""
-    sampler = sampler_of(kind, request)
+    sampler = sampler_of(backend, request)
     sampler.sync(base_learner[1], 0)
     eos, tok = sampler.tokenizer.eos_token_id, sampler.tokenizer
     prompts = ["12+34=", "5+7=", "1" * 55 + "+2="]  # the last: 58 prompt tokens
@@ -240,7 +240,7 @@ def test_a_cpu_learner_gets_its_threads_back_whatever_device_the_engine_is_on(tm
     # make_sampler passes the learner's device: device=cpu on a GPU host
     cfg = toy_config(tmp_path, sampler="vllm", device="cpu")
     threads["n"] = 8
-    assert rollout.make_sampler(cfg).kind == "vllm" and threads["n"] == 8
+    assert rollout.make_sampler(cfg).backend == "vllm" and threads["n"] == 8
     threads["n"] = 8
     rollout.make_sampler({**cfg, "device": "auto"})  # the GPU learner: vLLM's 1 thread stays
     assert threads["n"] == 1
