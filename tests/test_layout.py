@@ -98,3 +98,17 @@ def test_a_fifth_objective_needs_losses_py_only(tmp_path, sampler, monkeypatch):
     assert rows[1]["grad_norm"] + rows[2]["grad_norm"] > 0  # (a batch of all-equal groups has none)
     assert rows[2]["logp_diff_max"] < 1e-4  # on-policy: the engine holds the updated weights
     assert torch.isfinite(torch.tensor(rows[-1]["eval/toy/mean@2"]))
+
+
+def test_no_function_is_over_120_lines():
+    """Outside the tests no function runs over 120 lines, train.train over 160: each reads on a
+    screen or two."""
+    long = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "*.py")) + glob.glob(os.path.join(ROOT, "lab", "*.py"))
+                       + glob.glob(os.path.join(ROOT, "bench", "*.py"))):
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                most = 160 if (os.path.basename(path), node.name) == ("train.py", "train") else 120
+                if node.end_lineno - node.lineno + 1 > most:
+                    long.append(f"{os.path.relpath(path, ROOT)}:{node.lineno} {node.name}")
+    assert long == []
