@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def run(*args):
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench/bench_learner.py"), *args],
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_learner.py"), *args],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
@@ -65,7 +65,7 @@ def test_check_mode_runs_the_gpu_box_checks_without_vllm_datasets_or_math_verify
     """bench/bench_learner.py check at 1 layer, a 1,000-token vocabulary and fp32 on the CPU, in
     processes without vllm, datasets and math_verify: one PASS line per check, the numbers as
     a JSON line, exit 0; and a check that cannot pass (a disk budget too small) fails, exit 1."""
-    args = [sys.executable, os.path.join(ROOT, "bench", "bench/bench_learner.py"), "check", "--layers", "1",
+    args = [sys.executable, os.path.join(ROOT, "bench", "bench_learner.py"), "check", "--layers", "1",
             "--loop-layers", "1", "--vocab", "1000", "--groups", "1", "--group-size", "2",
             "--max-tokens", "32", "--prompts", "2", "--loop-max-tokens", "4", "--cpu-autocast", "none"]
     out = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT,
