@@ -81,7 +81,7 @@ leaderboard: .venv/ready
 	$(PY) sweep.py lab/sweeps/leaderboard_toy.yaml --jobs auto
 	$(MAKE) tables
 
-# The leaderboard v3's seed ladder: the references (GRPO, GRPO+TIS, PPO against the sampler) at
+# The leaderboard's seed ladder: the references (GRPO, GRPO+TIS, PPO against the sampler) at
 # seeds 3-9 first, a reference block of their own on a processor kind that has none (one seed,
 # lab/sweeps/leaderboard_references_per_kind_toy.yaml: nothing on a kind that has them), then every
 # other row; in blocks of one seed and one N, so that a block made on one machine shares one
