@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds leaderboard-frameworks row leaderboard-lr direction processors tables test setup clean
+.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds leaderboard-frameworks row leaderboard-lr leaderboard-long direction processors tables test setup clean
 
 setup: .venv/ready
 
@@ -157,8 +157,21 @@ tables: .venv/ready
 	test ! -d results/direction_toy || $(PY) lab/plot.py direction results/direction_toy --out lab/figures/direction_toy.png
 	test ! -d results/processor_toy || $(PY) lab/plot.py processors results/processor_toy --against results/leaderboard_toy --out lab/figures/processor_toy.png
 	test ! -d results/processor_intel_toy || $(PY) lab/plot.py processors results/processor_intel_toy --against results/leaderboard_toy --out lab/figures/processor_intel_toy.png
-	for grid in leaderboard_toy leaderboard_toy_lr5e-5 leaderboard_toy_lr1.25e-5 drift_toy_n2 direction_toy; do \
+	test ! -d results/leaderboard_long_toy || $(PY) lab/plot.py seq-tail results/leaderboard_long_toy --against results/seq_tail_short_toy --out lab/figures/seq_tail_toy.png
+	for grid in leaderboard_toy leaderboard_toy_lr5e-5 leaderboard_toy_lr1.25e-5 drift_toy_n2 direction_toy leaderboard_long_toy seq_tail_short_toy; do \
 		test ! -d results/$$grid || $(PY) lab/plot.py tidy results/$$grid --out lab/figures/runs_$$grid.csv || exit 1; done
+
+# The leaderboard on the long-answer toy (configs/toy_long.yaml; lab/docs/preregistration.md, section
+# 4): first H3's runs (GRPO, GRPO+TIS and PPO against the sampler at N 8 and 32, seeds 0-2, on the long
+# toy, then on the short one at lr 5e-5), then the grid (18 rows and PPO against the sampler x N 8, 32,
+# 0 x seeds 0-2, in blocks), each run kept in results/ (skipped once there), then `make tables`. The
+# grid's cost, as bench/toy_long.py last measured it, is printed first.
+leaderboard-long: .venv/ready
+	@test ! -f bench/toy_long.md || tail -n 1 bench/toy_long.md
+	$(PY) sweep.py lab/sweeps/seq_tail_long_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/seq_tail_short_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/leaderboard_long_toy.yaml --jobs auto
+	$(MAKE) tables
 
 # Every toy figure (finished runs are skipped).
 figs: demo fig3 fig4 fig8 fig10

@@ -49,7 +49,9 @@ from lab.reader import (base_accuracy, by, by_loss, check_one_table, direction_a
                         series, tidy)
 from lab.report import (LAG_MAP_HEAD, anchor_lines, delays_note, direction_lines, drift_lines, fmt,  # noqa: E402
                         lag_map_lines, leaderboard_lines, machines, partial_score, regime_lines, row_key,
-                        row_summary, seed_scores, seeds_note, short_table, signed, tier_lines, verdict_lines)
+                        row_summary, seed_scores, seeds_note, seq_tail_lines, seq_tail_pairs, short_table,
+                        signed, tier_lines, verdict_lines, SEQ_TAIL_DELAYS, SEQ_TAIL_ESS_RATIO,
+                        SEQ_TAIL_Q90_RATIO, SEQ_TAIL_ROWS, SEQ_TAIL_UPDATES)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -721,10 +723,46 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
            lines, runs[root] + runs[against])
 
 
+def seq_tail(root: str, out: str, against: str = None, **_) -> None:
+    """H3 of the long-answer study: each preregistered run of the long task (root) against the
+    same row, N and seed on the short one (--against): the sequence log-ratio's 90th percentile
+    and the sequence ESS, long against short, with the thresholds' lines; the table and the
+    verdict (report.seq_tail_lines) beside it."""
+    if not against:
+        raise SystemExit("seq-tail needs --against FOLDER: the short task's runs of the same rows")
+    long_runs, short_runs = load_runs(root), load_runs(against)
+    pairs = seq_tail_pairs(long_runs, short_runs)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4))
+    for ax, key, ratio, title in ((axes[0], "q90", SEQ_TAIL_Q90_RATIO, "90th pct of |sum_t ell|"),
+                                  (axes[1], "ess", SEQ_TAIL_ESS_RATIO, "sequence ESS")):
+        done = [p for p in pairs if p["heavier"] is not None]
+        for i, row in enumerate(SEQ_TAIL_ROWS):
+            for n, marker in zip(SEQ_TAIL_DELAYS, "o^"):
+                mine = [p for p in done if p["row"] == row and p["N"] == n]
+                ax.scatter([p["short"][key] for p in mine], [p["long"][key] for p in mine], s=18,
+                           marker=marker, color=f"C{i}", label=f"{row_label(row)}, N = {n}")
+        if key == "q90":  # a tail spans decades; an ESS lies in (0, 1]
+            values = [p[side][key] for p in done for side in ("long", "short")] or [0.1, 1]
+            xs = np.geomspace(min(values) / 2, max(values) * 2, 20)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        else:
+            xs = np.linspace(0, 1, 20)
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+        ax.plot(xs, xs, color="gray", lw=0.5, label="long = short")
+        ax.plot(xs, ratio * xs, color="tab:red", lw=0.8, ls="--", label=f"long = {ratio:g} x short")
+        ax.set_xlabel(f"short task: {title}")
+        ax.set_ylabel(f"long task: {title}")
+    finish(fig, axes, out, f"H3, the sequence tail on long answers against short ones (N = "
+                           f"{', '.join(map(str, SEQ_TAIL_DELAYS))}; means over updates 1-{SEQ_TAIL_UPDATES})",
+           seq_tail_lines(pairs), long_runs + short_runs)
+
+
 FIGURES = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7,
            "fig8": fig8, "fig9": fig9, "fig10": fig10, "leaderboard": leaderboard,
            "numerics": numerics, "direction": direction, "processors": processors, "drift": drift,
-           "tidy": tidy}
+           "tidy": tidy, "seq-tail": seq_tail}
 
 
 def main(argv=None) -> None:

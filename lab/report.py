@@ -705,3 +705,78 @@ def regime_lines(frames: list, name) -> list:
         mild = ("" if len(study) < 4 else "yes" if all(drops[m][0] > -MILD_DROP for m in study) else "no")
         lines.append(f"| {d['lr'].iloc[0]:g} | " + " | ".join(cell(m) for m in shown) + f" | {mild} |")
     return lines
+
+
+# ----------------------------------------------------------------------------- the long task's H3
+
+# H3 of the long-answer study (lab/docs/preregistration.md, section 4): its rows, lags, seeds,
+# the updates its means cover and its two thresholds, as preregistered.
+SEQ_TAIL_ROWS = ("grpo", "grpo_grpo_anchor-behavior", "grpo_tis")
+SEQ_TAIL_DELAYS = (8, 32)
+SEQ_TAIL_SEEDS = (0, 1, 2)
+SEQ_TAIL_UPDATES = 200
+SEQ_TAIL_Q90_RATIO = 2.0  # the long task's 90th percentile of |sum_t ell| at least this x the short's
+SEQ_TAIL_ESS_RATIO = 0.5  # ... and its sequence ESS at most this x the short's
+
+
+def seq_tail_means(run: dict) -> dict:
+    """{q90, ess}: the run's means over updates 1..SEQ_TAIL_UPDATES of is_seq_log_ratio_q90 and
+    is_seq_ess (None where the run logged neither)."""
+    rows = [r for r in run["rows"] if 1 <= r.get("update", 0) <= SEQ_TAIL_UPDATES
+            and "is_seq_ess" in r]
+    if not rows:
+        return None
+    return {"q90": sum(r["is_seq_log_ratio_q90"] for r in rows) / len(rows),
+            "ess": sum(r["is_seq_ess"] for r in rows) / len(rows), "updates": len(rows)}
+
+
+def seq_tail_pairs(long_runs: list, short_runs: list) -> list:
+    """One entry per preregistered (row, N, seed): its long and short means (None: not run yet)
+    and whether the pair is heavier on the long task by both thresholds."""
+    def index(runs):
+        return {(method(r), r["delay"], r["seed"]): seq_tail_means(r) for r in runs}
+    long_at, short_at = index(long_runs), index(short_runs)
+    pairs = []
+    for row in SEQ_TAIL_ROWS:
+        for n in SEQ_TAIL_DELAYS:
+            for seed in SEQ_TAIL_SEEDS:
+                lo, sh = long_at.get((row, n, seed)), short_at.get((row, n, seed))
+                heavier = None if lo is None or sh is None else \
+                    lo["q90"] >= SEQ_TAIL_Q90_RATIO * sh["q90"] and lo["ess"] <= SEQ_TAIL_ESS_RATIO * sh["ess"]
+                pairs.append({"row": row, "N": n, "seed": seed, "long": lo, "short": sh,
+                              "heavier": heavier})
+    return pairs
+
+
+def seq_tail_verdict(pairs: list) -> str:
+    """holds (every pair in and heavier), refuted (a pair in and not heavier: the test is 'for
+    each row, N and seed') or pending."""
+    if any(p["heavier"] is False for p in pairs):
+        return "refuted"
+    return "holds" if all(p["heavier"] for p in pairs) else "pending"
+
+
+def seq_tail_lines(pairs: list) -> list:
+    """H3's table: each preregistered pair's means on both tasks, their ratios and whether the
+    pair is heavier on the long task, then the verdict as preregistered."""
+    lines = ["| row | N | seed | q90 long | q90 short | ratio | ESS long | ESS short | ratio | heavier |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for p in pairs:
+        lo, sh = p["long"], p["short"]
+        cells = [row_label(p["row"]), str(p["N"]), str(p["seed"])]
+        for key in ("q90", "ess"):
+            a = f"{lo[key]:.3g}" if lo else "not run"
+            b = f"{sh[key]:.3g}" if sh else "not run"
+            ratio = f"{lo[key] / sh[key]:.2f}" if lo and sh else ""
+            cells += [a, b, ratio]
+        cells.append({None: "", True: "yes", False: "no"}[p["heavier"]])
+        lines.append("| " + " | ".join(cells) + " |")
+    verdict = seq_tail_verdict(pairs)
+    done = sum(p["heavier"] is not None for p in pairs)
+    lines += ["", f"**H3: {verdict}** ({done} of {len(pairs)} pairs run; heavier in "
+                  f"{sum(bool(p['heavier']) for p in pairs)}). Heavier: the long run's mean 90th "
+                  f"percentile of |sum_t ell| at least {SEQ_TAIL_Q90_RATIO:g}x the short run's and "
+                  f"its mean sequence ESS at most {SEQ_TAIL_ESS_RATIO:g}x, means over updates 1-"
+                  f"{SEQ_TAIL_UPDATES}; H3 holds where every pair is heavier, and one pair that is "
+                  f"not refutes it (lab/docs/preregistration.md, section 4)."]
+    return lines

@@ -1,15 +1,17 @@
 """What a long-toy run costs beside a short-toy run, phase by phase, and what its grid costs.
 
-    python bench_toy_long.py [--updates 24] [--loss grpo_tis] [--delay 8] [--out FILE.md]
+    python bench/toy_long.py [--updates 24] [--loss grpo_tis] [--delay 8] [--out FILE.md]
 
 Runs each toy (configs/toy.yaml, configs/toy_long.yaml) for --updates updates in a process of its
 own pinned to one core (one thread: the sweeps' geometry), with one evaluation at update 0, and
 reads the phases the loop logs (time/generate, time/learn, time/sync, time/update) from its
-metrics.jsonl: the median over the updates after the first two (warm-up), and the evaluation's
-seconds (the updates that sample: the last N of a run only drain the queue). Then a run's cost at each toy's sweep settings (the short table's 300 updates with
+metrics.jsonl: the median over the updates after the first two (warm-up), the evaluation's
+seconds, and what the update-0 evaluation says of each base model (held-out mean@4, by term
+count for the long toy, and its response length) (the updates that sample: the last N of a run only drain the queue). Then a run's cost at each toy's sweep settings (the short table's 300 updates with
 evaluations at 0, 260, 280, 300; the long grid's 200 with 0, 160, 180, 200) and the hours of the
-long grid (lab sweep leaderboard_long_toy) on one core. Prints a Markdown table (and writes it to
---out) with the machine it ran on.
+long grid (lab/sweeps/leaderboard_long_toy.yaml) on one core. Prints a Markdown table (and writes it to
+--out, e.g. bench/toy_long.md, which `make leaderboard-long` reads) with the machine it ran on and
+the load beside it.
 """
 import argparse
 import json
@@ -22,11 +24,12 @@ import tempfile
 
 import yaml
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+sys.path.insert(0, ROOT)  # the loop's modules
 TOYS = {"short": ("configs/toy.yaml", 300, [0, 260, 280, 300]),
         "long": ("configs/toy_long.yaml", 200, [0, 160, 180, 200])}
 PHASES = ["generate", "learn", "sync", "update"]
-LONG_GRID = "configs/sweep_leaderboard_long_toy.yaml"
+LONG_GRID = "lab/sweeps/leaderboard_long_toy.yaml"
 
 
 def processor() -> str:
@@ -41,11 +44,11 @@ def measure(toy: str, updates: int, loss: str, delay: int, out_dir: str) -> dict
     """{phase: median seconds, "eval": seconds, "tokens": mean response tokens} of one run."""
     path = TOYS[toy][0]
     core = sorted(os.sched_getaffinity(0))[0]
-    cmd = [sys.executable, os.path.join(HERE, "train.py"), os.path.join(HERE, path), f"loss={loss}",
-           f"delay={delay}", f"updates={updates}", "eval_every=0", "eval_from=0",
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), os.path.join(ROOT, path), f"loss={loss}",
+           f"delay={delay}", f"updates={updates}", "eval_every=100000", "eval_from=0",  # update 0 and the end
            f"out_dir={out_dir}", "cpu_matmul=onednn"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(cmd, check=True, cwd=HERE, env=env, stdout=subprocess.DEVNULL,
+    subprocess.run(cmd, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                    preexec_fn=lambda: os.sched_setaffinity(0, {core}))
     with open(os.path.join(out_dir, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f]
@@ -54,6 +57,9 @@ def measure(toy: str, updates: int, loss: str, delay: int, out_dir: str) -> dict
     out = {p: statistics.median(r[f"time/{p}"] for r in steady) for p in PHASES}
     evals = [r for r in rows if any(k.startswith("time/eval/") for k in r)]
     out["eval"] = sum(v for k, v in evals[0].items() if k.startswith("time/eval/"))
+    out["base"] = {k.split("/")[-2] if k.count("/") == 3 else "all": v for k, v in evals[0].items()
+                   if k.startswith("eval/toy/") and k.endswith("mean@4")}  # the base model, held out
+    out["base_len"] = evals[0]["eval/toy/response_len_mean"]
     out["tokens"] = statistics.mean(r["response_len_mean"] for r in steady)
     return out
 
@@ -65,21 +71,27 @@ def main(argv=None):
     p.add_argument("--delay", type=int, default=8)
     p.add_argument("--out")
     args = p.parse_args(argv)
-    sys.path.insert(0, HERE)
     import sweep
-    got = {}
+    got, load = {}, []
     with tempfile.TemporaryDirectory() as tmp:
         for toy in TOYS:
             got[toy] = measure(toy, args.updates, args.loss, args.delay, os.path.join(tmp, toy))
+            load.append(os.getloadavg()[0])  # what else ran on the machine meanwhile
     s, l = got["short"], got["long"]
     run = {toy: TOYS[toy][1] * got[toy]["update"] + len(TOYS[toy][2]) * got[toy]["eval"] for toy in TOYS}
-    with open(os.path.join(HERE, LONG_GRID)) as f:
+    with open(os.path.join(ROOT, LONG_GRID)) as f:
         runs = len(sweep.expand(yaml.safe_load(f)))
     lines = [f"{args.loss} at N = {args.delay}, {args.updates} updates a toy, one process pinned to "
-             f"one core of: {processor()} ({os.cpu_count()} cores)", "",
+             f"one core of: {processor()} ({os.cpu_count()} cores); 1-minute load average after "
+             f"each toy: {load[0]:.1f}, {load[1]:.1f} (above 1: other processes shared the cores)", "",
              "| | short | long | long / short |", "| --- | --- | --- | --- |",
              f"| response tokens (mean) | {s['tokens']:.1f} | {l['tokens']:.1f} | {l['tokens'] / s['tokens']:.1f} |"]
     lines += [f"| {p}, s/update | {s[p]:.3f} | {l[p]:.3f} | {l[p] / s[p]:.1f} |" for p in PHASES]
+    lines += [f"| base model: held-out mean@4 | {s['base']['all']:.3f} | {l['base']['all']:.3f} | |",
+              f"| base model: response tokens at evaluation | {s['base_len']:.1f} | {l['base_len']:.1f} | "
+              f"{l['base_len'] / s['base_len']:.1f} |"]
+    lines += [f"| base model: held-out mean@4, {part} | | {l['base'][part]:.3f} | |"
+              for part in sorted(l["base"]) if part.startswith("t")]
     lines += [f"| one evaluation, s | {s['eval']:.1f} | {l['eval']:.1f} | {l['eval'] / s['eval']:.1f} |",
               f"| one sweep run, s | {run['short']:.0f} | {run['long']:.0f} | {run['long'] / run['short']:.1f} |",
               "", f"The long grid ({LONG_GRID}): {runs} runs, about {runs * run['long'] / 3600:.1f} "
