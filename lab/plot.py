@@ -711,6 +711,8 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
         if m in fitted:
             ax.plot(xs, fitted[m][0] + fitted[m][1] * np.log10(xs), color="tab:blue", lw=0.8,
                     label=f"fit at lr {a['lr'].iloc[0]:g}")
+        if not ax.has_data() or all(math.isnan(v) for c in ax.collections for v in c.get_offsets()[:, 1]):
+            ax.set_xlim(xs[0], xs[-1])  # nothing to place yet (no N = 0 at either lr): the axis still logs
         ax.set_xscale("log")
         ax.set_title(name(m), fontsize=7)
         ax.axhline(0, color="gray", lw=0.5)
