@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -57,8 +58,9 @@ def measure(toy: str, updates: int, loss: str, delay: int, out_dir: str) -> dict
     out = {p: statistics.median(r[f"time/{p}"] for r in steady) for p in PHASES}
     evals = [r for r in rows if any(k.startswith("time/eval/") for k in r)]
     out["eval"] = sum(v for k, v in evals[0].items() if k.startswith("time/eval/"))
-    out["base"] = {k.split("/")[-2] if k.count("/") == 3 else "all": v for k, v in evals[0].items()
-                   if k.startswith("eval/toy/") and k.endswith("mean@4")}  # the base model, held out
+    out["base"] = {"all": evals[0]["eval/toy/mean@4"]}  # the base model, held out, and by term count
+    out["base"].update({k.split("/")[2]: v for k, v in evals[0].items()
+                        if re.fullmatch(r"eval/toy/t\d+/mean@4", k)})
     out["base_len"] = evals[0]["eval/toy/response_len_mean"]
     out["tokens"] = statistics.mean(r["response_len_mean"] for r in steady)
     return out

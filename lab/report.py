@@ -726,8 +726,11 @@ def seq_tail_means(run: dict) -> dict:
             and "is_seq_ess" in r]
     if not rows:
         return None
+    k3 = [r["k3"] for r in rows if "k3" in r]
     return {"q90": sum(r["is_seq_log_ratio_q90"] for r in rows) / len(rows),
-            "ess": sum(r["is_seq_ess"] for r in rows) / len(rows), "updates": len(rows)}
+            "ess": sum(r["is_seq_ess"] for r in rows) / len(rows), "updates": len(rows),
+            "k3": sum(k3) / len(k3) if k3 else None,
+            "length": sum(r.get("response_len_mean", 0) for r in rows) / len(rows)}
 
 
 def seq_tail_pairs(long_runs: list, short_runs: list) -> list:
@@ -779,4 +782,28 @@ def seq_tail_lines(pairs: list) -> list:
                   f"its mean sequence ESS at most {SEQ_TAIL_ESS_RATIO:g}x, means over updates 1-"
                   f"{SEQ_TAIL_UPDATES}; H3 holds where every pair is heavier, and one pair that is "
                   f"not refutes it (lab/docs/preregistration.md, section 4)."]
-    return lines
+    return lines + seq_tail_drift_lines(pairs)
+
+
+def seq_tail_drift_lines(pairs: list) -> list:
+    """Added after the first pairs, not preregistered: the per-token drift each pair carried (the
+    mean K3 learner vs sampler over the same updates), long against short, and the tail per unit of
+    it, so that a pair whose tail is not heavier can be told apart from one whose objective kept
+    its per-token drift small."""
+    done = [p for p in pairs if p["heavier"] is not None and p["long"]["k3"] and p["short"]["k3"]]
+    if not done:
+        return []
+    lines = ["", "*Added analysis (not preregistered):* the per-token drift each pair carried, mean K3 "
+                 "(x1e-3) over the same updates, and the tail per unit of it (q90 / sqrt(K3)).", "",
+             "| row | N | seed | K3 long | K3 short | ratio | q90/sqrt(K3) long | short | ratio | "
+             "sqrt(length ratio) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for p in done:
+        lo, sh = p["long"], p["short"]
+        per = [x["q90"] / math.sqrt(x["k3"]) for x in (lo, sh)]
+        lines.append(f"| {row_label(p['row'])} | {p['N']} | {p['seed']} | {1e3 * lo['k3']:.3g} | "
+                     f"{1e3 * sh['k3']:.3g} | {lo['k3'] / sh['k3']:.2f} | {per[0]:.3g} | {per[1]:.3g} | "
+                     f"{per[0] / per[1]:.2f} | {math.sqrt(lo['length'] / sh['length']):.2f} |")
+    return lines + ["", "With independent token log-ratios, |sum_t ell| grows as sqrt(length x K3): the "
+                        "tail per unit of per-token drift would then move with the square root of the "
+                        "responses' length ratio (the last column; mean response length over the same "
+                        "updates)."]

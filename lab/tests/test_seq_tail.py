@@ -49,3 +49,20 @@ def test_the_verdict_holds_only_when_every_pair_is_heavier_and_one_miss_refutes(
     hit = [p for p in pairs if p["heavier"] is not None]
     assert [(p["row"], p["N"], p["seed"], p["heavier"]) for p in hit] == \
         [("grpo_grpo_anchor-behavior", 32, 2, True)]
+
+
+def test_the_added_drift_table_divides_the_tail_by_the_per_token_drift():
+    """Added analysis: K3 long / short, q90 / sqrt(K3) on each task and their ratio, beside the
+    square root of the length ratio (what independent token log-ratios would give)."""
+    def with_drift(r, k3, length):
+        for row in r["rows"][1:]:
+            row.update(k3=k3, response_len_mean=length)
+        return r
+    lo = with_drift(run(q90=[4.0] * 5, ess=[0.5] * 5), 0.004, 100.0)
+    sh = with_drift(run(q90=[1.0] * 5, ess=[0.9] * 5), 0.001, 25.0)
+    lines = report.seq_tail_drift_lines(report.seq_tail_pairs([lo], [sh]))
+    row = [l for l in lines if l.startswith("| GRPO | 8 | 0 |")]
+    # K3 4 vs 1 (x1e-3): ratio 4; q90/sqrt(K3): 4/sqrt(0.004) = 63.2, 1/sqrt(0.001) = 31.6: ratio 2;
+    # sqrt(100 / 25) = 2
+    assert row == ["| GRPO | 8 | 0 | 4 | 1 | 4.00 | 63.2 | 31.6 | 2.00 | 2.00 |"]
+    assert report.seq_tail_drift_lines(report.seq_tail_pairs([], [sh])) == []

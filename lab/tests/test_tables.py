@@ -398,3 +398,16 @@ def test_the_tidy_tables_are_what_make_tables_makes(tmp_path):
         assert {"row", "settings", "N", "seed", "rounding_path", "final", "late_mean", "k3"} <= set(frame.columns)
         made += 1
     assert made >= 3
+
+
+def test_the_long_answer_reading_is_the_generated_h3_verdict():
+    """lab/docs/leaderboard.md states H3's verdict on the kept runs; it is the one
+    lab/figures/seq_tail_toy.md (make tables) prints, and the pair the page names is in its table
+    as not heavier."""
+    page = open(os.path.join(ROOT, "lab", "docs", "leaderboard.md")).read()
+    table = open(os.path.join(ROOT, "lab", "figures", "seq_tail_toy.md")).read()
+    verdict = re.search(r"\*\*H3: (\w+)\*\*", table).group(1)
+    assert f"**H3 is {verdict}**" in " ".join(page.split())
+    if verdict == "refuted":
+        assert "a pair of PPO against the sampler is not heavier" in " ".join(page.split())
+        assert re.search(r"\| PPO vs sampler \(GRPO, behavior anchor\) \| \d+ \| \d \|.*\| no \|", table)
