@@ -62,3 +62,15 @@ def toy_config(tmp_path, **overrides):
     cfg.update(overrides)
     config.validate(cfg)
     return cfg
+
+
+def altered_copy(model: str, where) -> str:
+    """A copy of the model folder `model` under `where` with the last byte of its weights flipped
+    (its build_info.json unchanged): what tasks.check_model_hash must refuse."""
+    import shutil
+    altered = where / os.path.basename(model)
+    shutil.copytree(model, altered)
+    data = bytearray((altered / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (altered / "model.safetensors").write_bytes(bytes(data))
+    return str(altered)

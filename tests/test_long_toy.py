@@ -4,7 +4,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 
 import pytest
 
@@ -13,7 +12,7 @@ import evaluate
 import grading
 import tasks
 import train
-from conftest import ROOT
+from conftest import ROOT, altered_copy
 
 LONG = os.path.join(ROOT, "configs", "toy_long.yaml")
 
@@ -101,13 +100,9 @@ def test_the_longest_answer_sets_the_budget_and_a_short_budget_is_refused(tmp_pa
 def test_a_missing_or_altered_long_base_model_is_refused(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist.*git checkout"):
         train.preflight(long_config(tmp_path, model=str(tmp_path / "absent")))
-    altered = tmp_path / "toy_long_base"
-    shutil.copytree(tasks.TOY_LONG_BASE, altered)
-    data = bytearray((altered / "model.safetensors").read_bytes())
-    data[-1] ^= 1
-    (altered / "model.safetensors").write_bytes(bytes(data))
+    altered = altered_copy(tasks.TOY_LONG_BASE, tmp_path)
     with pytest.raises(ValueError, match="is not the model its build_info.json names"):
-        train.preflight(long_config(tmp_path, model=str(altered)))
+        train.preflight(long_config(tmp_path, model=altered))
 
 
 def test_the_shipped_long_base_model_is_its_recipe_and_hash():

@@ -12,7 +12,7 @@ import learner
 import rollout
 import tasks
 import train
-from conftest import ROOT, toy_config
+from conftest import ROOT, altered_copy, toy_config
 
 
 @pytest.mark.parametrize("delay", [0, 1, 3])
@@ -348,19 +348,14 @@ def test_the_shipped_toy_base_model_is_checked_by_its_hash(tmp_path):
     """Every machine trains from the same toy base model: the shipped weights match their hash
     and the current recipe (so nothing rebuilds them), and altered weights are refused."""
     import json
-    import shutil
     info = json.load(open(os.path.join(tasks.TOY_BASE, "build_info.json")))
     assert tasks.weights_sha256(tasks.TOY_BASE) == info["sha256"] == tasks.TOY_BASE_SHA256
     recipe = json.loads(json.dumps({"model": tasks.TOY_MODEL, "warmup": tasks.TOY_WARMUP}))
     assert {"model": info["model"], "warmup": info["warmup"]} == recipe
     assert config.load_config(None)["model"] == "toy_base"
-    altered = tmp_path / "toy_base"
-    shutil.copytree(tasks.TOY_BASE, altered)
-    data = bytearray((altered / "model.safetensors").read_bytes())
-    data[-1] ^= 1
-    (altered / "model.safetensors").write_bytes(bytes(data))
+    altered = altered_copy(tasks.TOY_BASE, tmp_path)
     with pytest.raises(ValueError, match="is not the model its build_info.json names"):
-        train.preflight(toy_config(tmp_path / "run", model=str(altered)))
+        train.preflight(toy_config(tmp_path / "run", model=altered))
 
 
 def test_onednn_linear_matches_torch_linear():
