@@ -699,9 +699,11 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
     stale = pd.concat([a, b]).query("N > 0")["drift"]  # the line spans the stale runs' drift
     xs = np.logspace(math.log10(stale.min()), math.log10(stale.max()), 50)
     for ax, m in zip(axes.flat, order):
+        placed = False  # a stale run placed against its lr's N = 0 on this panel
         for d, color in ((a, "tab:blue"), (b, "tab:red")):
             own = d[d["method"] == m]
             base = own.loc[own["N"] == 0, "y"].mean()
+            placed = placed or (not math.isnan(base) and (own["N"] > 0).any())
             for n, g in own[own["N"] > 0].groupby("N"):
                 ax.scatter(g["drift"], g["y"] - base, s=12, color=color, marker=markers.get(n, "x"),
                            label=f"lr {d['lr'].iloc[0]:g}, N = {n}")
@@ -711,7 +713,7 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
         if m in fitted:
             ax.plot(xs, fitted[m][0] + fitted[m][1] * np.log10(xs), color="tab:blue", lw=0.8,
                     label=f"fit at lr {a['lr'].iloc[0]:g}")
-        if not ax.has_data() or all(math.isnan(v) for c in ax.collections for v in c.get_offsets()[:, 1]):
+        if not placed:
             ax.set_xlim(xs[0], xs[-1])  # nothing to place yet (no N = 0 at either lr): the axis still logs
         ax.set_xscale("log")
         ax.set_title(name(m), fontsize=7)
