@@ -172,7 +172,13 @@ def leaderboard_rows(name):
         text = f.read()
     header, _, *body = text.split("\n\n")[1].splitlines()
     columns = header.strip("| ").split(" | ")
-    return text, {cells[1]: dict(zip(columns, cells)) for cells in (l.strip("| ").split(" | ") for l in body)}
+    return text, {cells[1]: dict(zip(columns, cells)) for cells in map(table_cells, body)}
+
+
+def table_cells(line: str) -> list:
+    """The cells of one Markdown table line, empty ones kept in place (a row part-way up the
+    ladder has no tier or score yet)."""
+    return [cell.strip() for cell in line.strip()[1:-1].split("|")]
 
 
 def test_the_anchor_reading_holds_in_the_generated_drift_table():
@@ -229,7 +235,7 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     assert beyond[one_way].get("AsymRE", (-1.0, 0.0))[0] < 0 < beyond[other_way].get("AsymRE", (1.0, 0.0))[0]
     assert "AsymRE" in beyond[one_way] or "AsymRE" in beyond[other_way]
     _, lr2e4 = leaderboard_rows("leaderboard_v3_toy.md")  # AsymRE's own N = 0: 4+ points below most rows'
-    on_policy = {m: float(r["N=0"].split()[0]) for m, r in lr2e4.items()}
+    on_policy = {m: float(r["N=0"].split()[0]) for m, r in lr2e4.items() if r["N=0"]}  # rows with an N = 0 cell
     assert on_policy["AsymRE"] < statistics.median(on_policy.values()) - 4
     assert beyond[other_way].get("FlashREINFORCE", (-1.0, 0.0))[0] < 0
     lr5e5 = smaller_step_rows(text)
@@ -344,7 +350,7 @@ def test_the_lag_map_reads_the_leaderboard_for_each_frameworks_row():
     with open(os.path.join(ROOT, "lab", "docs", "frameworks.yaml")) as f:
         frameworks = yaml.safe_load(f)["frameworks"]
     with open(os.path.join(FIGURES, "lag_map_toy.md")) as f:
-        body = [l.strip("| ").split(" | ") for l in f.read().split("\n\n")[2].splitlines()[2:]]
+        body = [table_cells(l) for l in f.read().split("\n\n")[2].splitlines()[2:]]
     _, table = leaderboard_rows("leaderboard_v3_toy.md")
     listed = [(fw, key) for fw in frameworks for key in fw["rows"]]
     assert len(body) == len(listed)
@@ -359,8 +365,9 @@ def test_the_lag_map_reads_the_leaderboard_for_each_frameworks_row():
         first = report.ladder_n(fw["bound"], [0, 8, 32, 128])
         later = report.ladder_n(4 * first, [0, 8, 32, 128]) if first else None
         assert cells[5:7] == [row["tier"], row["staleness score (95%)"]], key
-        assert cells[7] == f"N={first}: {row[f'N={first}']}", key
-        assert cells[8] == (f"N={later}: {row[f'N={later}']}" if later else ""), key
+        # a row part-way up the ladder: the cells it has so far, blanks for the rest
+        assert cells[7] == (f"N={first}: {row[f'N={first}']}" if row[f"N={first}"] else ""), key
+        assert cells[8] == (f"N={later}: {row[f'N={later}']}" if later and row[f"N={later}"] else ""), key
     assert {key for _, key in listed} >= {"primerl", "primerl_ipo", "pipelinerl", "skyrl_geo", "nemorl", "tinker"}
 
 
