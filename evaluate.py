@@ -154,12 +154,10 @@ def evaluate(sampler, name: str, problems: list, n: int, max_tokens: int,
                         "response_len_mean": sum(len(r.response_ids) for r in group) / n,
                         "truncated": sum(not r.finished for r in group)})
     metrics = summarize(name, records, k)
-    for d in sorted({p["digits"] for p in problems if "digits" in p}):  # the toy's difficulty
-        part = [r for p, r in zip(problems, records) if p.get("digits") == d]
-        metrics[f"eval/{name}/d{d}/mean@{k}"] = summarize(name, part, k)[f"eval/{name}/mean@{k}"]
-    for t in sorted({p["terms"] for p in problems if "terms" in p}):  # the long toy's length
-        part = [r for p, r in zip(problems, records) if p.get("terms") == t]
-        metrics[f"eval/{name}/t{t}/mean@{k}"] = summarize(name, part, k)[f"eval/{name}/mean@{k}"]
+    for field, tag in (("digits", "d"), ("terms", "t")):  # the toy's difficulty, the long toy's length
+        for value in sorted({p[field] for p in problems if field in p}):
+            part = [r for p, r in zip(problems, records) if p.get(field) == value]
+            metrics[f"eval/{name}/{tag}{value}/mean@{k}"] = summarize(name, part, k)[f"eval/{name}/mean@{k}"]
     metrics.update({f"time/eval/{name}/generate": t1 - t0, f"time/eval/{name}/grade": t2 - t1})
     return metrics, records
 

@@ -727,10 +727,10 @@ def seq_tail_means(run: dict) -> dict:
     if not rows:
         return None
     k3 = [r["k3"] for r in rows if "k3" in r]
-    return {"q90": sum(r["is_seq_log_ratio_q90"] for r in rows) / len(rows),
-            "ess": sum(r["is_seq_ess"] for r in rows) / len(rows), "updates": len(rows),
-            "k3": sum(k3) / len(k3) if k3 else None,
-            "length": sum(r.get("response_len_mean", 0) for r in rows) / len(rows)}
+    return {"q90": mean([r["is_seq_log_ratio_q90"] for r in rows]),
+            "ess": mean([r["is_seq_ess"] for r in rows]), "updates": len(rows),
+            "k3": mean(k3) if k3 else None,
+            "length": mean([r.get("response_len_mean", 0) for r in rows])}
 
 
 def seq_tail_pairs(long_runs: list, short_runs: list) -> list:
