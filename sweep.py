@@ -4,6 +4,7 @@
     python sweep.py lab/sweeps/fig3_toy.yaml --jobs auto   # as many at once as pays here
     python sweep.py lab/sweeps/fig3_qwen.yaml --slurm --slurm-partition gpu --slurm-time-min 2880
     python sweep.py lab/sweeps/fig3_toy.yaml --print    # one command per run, for a scheduler
+    python sweep.py lab/sweeps/fig3_toy.yaml --seeds 0,1  # only these seeds' blocks
 
 A sweep file names a base config, a grid and an output root:
 
@@ -278,6 +279,16 @@ def submit(sweep: dict, executor) -> list:
 
 
 # ----------------------------------------------------------------------------- main
+
+def pick_seeds(sweep: dict, seeds: str) -> dict:
+    """The sweep with its grid's seeds cut to `seeds` ("0,1,2", kept in the grid's order): a
+    machine takes the blocks begun on its rounding path. ValueError for a seed not in the grid."""
+    wanted = [int(s) for s in seeds.split(",") if s.strip()]
+    unknown = sorted(set(wanted) - set(sweep["grid"]["seed"]))
+    if unknown or not wanted:
+        raise ValueError(f"--seeds {seeds!r}: pick among the grid's seeds {sweep['grid']['seed']}")
+    return {**sweep, "grid": {**sweep["grid"], "seed": [s for s in sweep["grid"]["seed"] if s in wanted]}}
+
 
 def row_and_seed(name: str):
     """(the row, the seed) of a run's folder name, None for another name:
@@ -808,6 +819,8 @@ def main(argv=None) -> None:
                         "the objective LOSS on the ladder's runs, with the settings given after it")
     parser.add_argument("settings", nargs="*", help="--row: the row's settings, key=value")
     parser.add_argument("--print", action="store_true", help="print one command per run")
+    parser.add_argument("--seeds", help="only these seeds of the grid (e.g. 0,1,2): the blocks a "
+                                        "machine of one rounding path should make")
     parser.add_argument("--jobs", default="1", help="runs at once here: a number, or auto "
                                                     "(plan_jobs: by cores, memory and GPUs)")
     parser.add_argument("--cores-per-job", type=int, help="cores (threads) of each job (default: "
@@ -837,6 +850,11 @@ def main(argv=None) -> None:
     else:
         with open(args.sweep) as f:
             sweep = yaml.load(f, Loader=config.YAML_LOADER)
+    if args.seeds:
+        try:
+            sweep = pick_seeds(sweep, args.seeds)
+        except ValueError as e:
+            sys.exit(f"error: {e}")
     if args.print:
         for _, overrides in expand(sweep):
             config.load_config(sweep["config"], overrides)  # a bad run fails here, not on a node

@@ -93,3 +93,16 @@ def test_offline_pool_needs_delay_zero():
         config.load_config(None, ["offline_pool.path=pool.jsonl", "delay=8"])
     cfg = config.load_config(None, ["offline_pool.path=pool.jsonl", "delay=0"])
     assert cfg["offline_pool"] == {"path": "pool.jsonl", "batches": 400, "seed": 0}
+
+
+def test_seeds_cut_a_grid_to_whole_blocks_of_those_seeds():
+    """--seeds 2,0 on a grid of seeds 0-2 runs seed 0's blocks then seed 2's (the grid's order);
+    a seed outside the grid is refused."""
+    spec = {"config": os.path.join(ROOT, "configs", "toy.yaml"), "out_root": "runs/x",
+            "grid": {"loss": ["grpo", "gspo"], "delay": [8, 0], "seed": [0, 1, 2]}}
+    names = [os.path.basename(d) for d, _ in sweep.expand(sweep.pick_seeds(spec, "2,0"))]
+    assert names == ["grpo_N8_s0", "gspo_N8_s0", "grpo_N0_s0", "gspo_N0_s0",
+                     "grpo_N8_s2", "gspo_N8_s2", "grpo_N0_s2", "gspo_N0_s2"]
+    assert spec["grid"]["seed"] == [0, 1, 2]
+    with pytest.raises(ValueError, match="pick among the grid's seeds"):
+        sweep.pick_seeds(spec, "3")
