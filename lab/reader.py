@@ -17,7 +17,7 @@ import json
 import os
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pandas as pd
 import yaml
@@ -253,19 +253,20 @@ TIDY_DIAGNOSTICS = ("k3", "entropy", "grad_norm", "reward_mean", "response_len_m
 
 def tidy(root: str, out: str, **_) -> None:
     """One row per kept run, as CSV (pandas.read_csv reads it in one line): its row (method), the
-    objective and its settings off the defaults (JSON), N, seed, lr, processor kind and rounding
-    path, the final evaluation and the mean of the late ones (empty where a run has too few), and
+    objective and its settings off the defaults (JSON), N, seed, lr, processor kind, rounding
+    path as recorded and as measured (measured_paths), the final evaluation and the mean of the late ones (empty where a run has too few), and
     each diagnostic's mean over the run's updates (empty where it logs none)."""
     runs = load_runs(root)
     check_one_table(runs, root)
-    rows = []
+    paths, rows = measured_paths(runs)[0], []
     for r in sorted(runs, key=lambda r: r["name"]):
         late = late_evaluations(r)
         logged = lambda k: [row[k] for row in r["rows"] if row.get(k) is not None and row.get("update", 0) > 0]
         rows.append({"run": r["name"], "row": method(r), "objective": r["loss"],
                      "settings": json.dumps(row_settings(r), sort_keys=True), "N": r["delay"], "seed": r["seed"],
                      "lr": r["cfg"]["lr"], "processor": " + ".join(dict.fromkeys(processor_kind(s) for s in r["sessions"])),
-                     "rounding_path": rounding_path(r), "final": 100 * final_mean(r),
+                     "rounding_path": rounding_path(r), "measured_path": paths[rounding_path(r)],
+                     "final": 100 * final_mean(r),
                      "late_mean": 100 * late[1] if late else None,
                      **{k: mean(v) if (v := logged(k)) else None for k in TIDY_DIAGNOSTICS}})
     frame = pd.DataFrame(rows)
@@ -273,14 +274,52 @@ def tidy(root: str, out: str, **_) -> None:
     print(f"wrote {out}: {len(frame)} runs")
 
 
+def trajectory(run: dict) -> str:
+    """A run's training reward at every update (JSON): two runs with the same are the same
+    computation on the same rounding path; the run's name where it logs fewer than two."""
+    rewards = [row["reward_mean"] for row in run["rows"] if row.get("reward_mean") is not None]
+    return json.dumps(rewards) if len(rewards) > 1 else run["name"]
+
+
+def measured_paths(runs: list) -> tuple:
+    """({rounding_path: the rounding path as measured}, {measured path: its evidence}). Two
+    recorded paths (processor kind, threads, matmul) whose runs of one seed and N log the same
+    training reward at every update and the same final accuracy (methods that are the same
+    computation on-policy, each run on its own machine) round alike: they are one path, named by
+    its members joined by " = ". Evidence: how many (seed, N, trajectory, final) groups join its
+    members (0 for a path of one)."""
+    parent = {}
+    def root(p):
+        while parent.setdefault(p, p) != p:
+            p = parent[p]
+        return p
+    groups = defaultdict(set)
+    for r in runs:
+        path = rounding_path(r)
+        root(path)
+        groups[(r["seed"], r["delay"], trajectory(r), final_mean(r))].add(path)
+    joins = []
+    for paths in groups.values():
+        first, *rest = sorted(paths)
+        for p in rest:
+            parent[root(p)] = root(first)
+        if rest:
+            joins.append(first)
+    members = defaultdict(list)
+    for p in sorted(parent):
+        members[root(p)].append(p)
+    named = {p: " = ".join(members[root(p)]) for p in parent}
+    evidence = Counter(named[p] for p in joins)
+    return named, {path: evidence[path] for path in sorted(set(named.values()))}
+
+
 def leaderboard_data(runs: list) -> pd.DataFrame:
     """The leaderboard model's data (stats.fit_leaderboard): one row per run, its method, N, seed,
-    rounding path and final accuracy in %; and `trajectory`, its training rewards per update
-    (two runs with the same are the same computation; the run's name where it logs none)."""
-    def trajectory(r):
-        rewards = [row["reward_mean"] for row in r["rows"] if row.get("reward_mean") is not None]
-        return json.dumps(rewards) if rewards else r["name"]
-    return pd.DataFrame([{"method": method(r), "N": r["delay"], "seed": r["seed"], "path": rounding_path(r),
+    rounding path as measured (measured_paths) and as recorded (`processor`), final accuracy in
+    %, its `trajectory` and its objective's settings."""
+    paths, _ = measured_paths(runs)
+    return pd.DataFrame([{"method": method(r), "N": r["delay"], "seed": r["seed"],
+                          "path": paths[rounding_path(r)], "processor": rounding_path(r),
                           "y": 100 * final_mean(r), "trajectory": trajectory(r),
                           "settings": json.dumps(objective_settings(r), sort_keys=True)} for r in runs])
 

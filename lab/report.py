@@ -18,11 +18,12 @@ from lab.reader import (LATE_EVALS, LATE_SPAN, base_accuracy, direction_arm, fin
 def machines(runs: list) -> tuple:
     """(the line naming the machines behind a table, a warning or None). Counts runs per
     processor kind (a run resumed on another kind counts under each), then the library
-    versions, matmul backends, samplers and commits of their sessions; runs without a
+    versions, matmul backends and samplers of their sessions and how many commits of the code
+    they ran (each run names its own in run_info.json); runs without a
     run_info.json (made before it existed) are on an "unknown machine". The warning: the runs
     span several processor kinds, whose numbers agree only within the seed spread."""
     kinds, unknown = defaultdict(int), 0
-    seen = defaultdict(set)
+    seen, code = defaultdict(set), set()
     for r in runs:
         if not r["sessions"]:
             unknown += 1
@@ -34,11 +35,14 @@ def machines(runs: list) -> tuple:
             seen["matmul"].add(s["matmul"])
             seen["sampler"].add(s["sampler"])
             seen["threads"].add(str(s.get("torch_threads")))
-            git = s["git"]
-            seen["commits"].add((git["commit"] or "no git")[:7] + (" (dirty)" if git["dirty"] else ""))
+            code.add((s["git"]["commit"], bool(s["git"]["dirty"])))
     where = [f"{n} on {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1])]
     where += [f"{unknown} on unknown machine (no run_info.json)"] if unknown else []
     used = [f"{key} {', '.join(sorted(values))}" for key, values in seen.items()]
+    if code:
+        dirty = sum(d for _, d in code)
+        used.append(f"code at {len({c for c, _ in code})} commit(s)" + (f", {dirty} with local changes" if dirty else "")
+                    + " (each run's in its run_info.json)")
     line = f"runs: {', '.join(where)}" + "".join(f"; {u}" for u in used)
     warning = None
     if len(kinds) > 1:
@@ -154,7 +158,7 @@ def seed_lines(seed: dict) -> list:
 def path_design_lines(path: dict, data: pd.DataFrame, order: list, name) -> list:
     """The rounding paths' effects (stats' result["path"]) and the design: runs per method and
     path (from `data`, the model's runs)."""
-    lines = []
+    lines = measured_path_lines(data)
     counts = data["path"].value_counts()
     if path["effects"]:
         lines += ["", f"**Rounding path effects** (sum-to-zero, points, 95% t): F = {path['F']:.2f}, "
@@ -170,6 +174,20 @@ def path_design_lines(path: dict, data: pd.DataFrame, order: list, name) -> list
         lines += [f"| {name(m)} | " + " | ".join(map(str, design.loc[m])) + " |" for m in order if m in design.index]
         lines += confounding_lines(data, name)
     return lines
+
+
+def measured_path_lines(data: pd.DataFrame) -> list:
+    """How the rounding paths were measured (reader.measured_paths), from the model's runs: the
+    recorded paths found to round alike and the groups of bit-identical runs that join them."""
+    same = ["seed", "N", "trajectory", "y"]
+    joined = data.groupby(same).filter(lambda g: g["processor"].nunique() > 1)
+    found = joined.groupby(same)["path"].first().value_counts()
+    if found.empty:
+        return []
+    return ["", "**Rounding paths, measured**: recorded paths (processor kind, threads, matmul) whose runs "
+            "of one seed and N are bit-identical (the same training reward at every update and the same final "
+            "accuracy: methods that are the same computation on-policy, each made on its own machine) round alike and are one path: "
+            + "; ".join(f"{p} ({n} such group{'s' if n > 1 else ''})" for p, n in found.items()) + "."]
 
 
 def confounding_lines(data: pd.DataFrame, name) -> list:
@@ -258,9 +276,12 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                         "(min-max) over seeds of the runs themselves, in %."]
     (df_lo, df_hi), (crit_hi, crit_lo) = result.get("vs_df", (math.nan,) * 2), result.get("vs_critical", (math.nan,) * 2)
     lines.append("Staleness score: the model's mean over N = " + ", ".join(map(str, stats.STALE_DELAYS))
-                 + " at the average seed and path, 95% t interval (for these seeds: a shift that another set "
-                 "of seeds would give every row alike is not in it; the seed's SD is below); drop: score minus the method's "
-                 "own N = 0 cell; vs a reference: simultaneous 95% intervals over the "
+                 + " at the method's own runs (their rounding paths and seeds: the mean of its own final "
+                 "accuracies, so on the accuracy scale), 95% t interval (for these seeds: a shift that another set "
+                 "of seeds would give every row alike is not in it; the seed's SD is below); drop: score minus the same "
+                 "at the method's own N = 0 runs; the comparisons (vs a reference, tiers, ranks) are at one point for "
+                 "every method, the average seed and rounding path, so that a path's shift is not read as a "
+                 "method's; vs a reference: simultaneous 95% intervals over the "
                  f"{result.get('vs_family', 0)} differences to {', '.join(name(r) for r in result['vs'])}"
                  f" (max-|t|, each difference on its own degrees of freedom, {df_lo:.0f}-{df_hi:.0f}: "
                  f"critical values {crit_hi:.2f}-{crit_lo:.2f}), * where "
@@ -310,8 +331,9 @@ def within_tier_lines(result: dict, name) -> list:
     for a, b in same:
         p = result["pairs_raw"][(a, b)]
         if p < stats.ALPHA:
-            hi, lo = (a, b) if result["score"][a][0] > result["score"][b][0] else (b, a)
-            apart.append((p, f"{name(hi)} above {name(lo)} ({signed(result['score'][hi][0] - result['score'][lo][0])}, "
+            avg = result["score_at_average"]
+            hi, lo = (a, b) if avg[a][0] > avg[b][0] else (b, a)
+            apart.append((p, f"{name(hi)} above {name(lo)} ({signed(avg[hi][0] - avg[lo][0])}, "
                              f"p {p:.2g})"))
     return ["", f"**Within a tier** (unadjusted: each pair's own t test at 5%, not family-wise): of the "
             f"{len(same)} pairs that share a letter, {len(apart)} differ individually"
@@ -650,7 +672,7 @@ def tier_lines(runs: dict, order: list, name) -> list:
         f"lr {lr:g}: tier | rank | score | vs GRPO+TIS" for lr in lrs) + " | changes |",
         "| --- |" + " --- | --- | --- | --- |" * len(lrs) + " --- |"]
     # the top tier: the letters of each step size's best-scoring row
-    top = {lr: set(res["tiers"][max(res["score"], key=lambda x: res["score"][x][0])])
+    top = {lr: set(res["tiers"][max(res["score_at_average"], key=lambda x: res["score_at_average"][x][0])])
            for lr, res in results.items()}
     changed = []
     for m in sorted(scored, key=lambda x: -results[lrs[0]]["score"][x][0]):

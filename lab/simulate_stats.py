@@ -96,7 +96,7 @@ def simulate(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 4000, by
 
 def true_ranks(fit: dict) -> dict:
     """{method: its rank among the fitted scores, 1 the best}: the truth the simulations draw from."""
-    order = sorted(fit["methods"], key=lambda m: -fit["score"][m][0])
+    order = sorted(fit["methods"], key=lambda m: -fit["score_at_average"][m][0])
     return {m: k + 1 for k, m in enumerate(order)}
 
 
@@ -133,7 +133,7 @@ def simulate_references(data: pd.DataFrame, reps: int, seed: int = 0, draws: int
         f = stats.with_variances(sm.WLS(y, x, weights=weights).fit(), *variances)
         _, est, cov, half = stats.scores(f, methods)
         for i, m in enumerate(methods):
-            cover.append(abs(est[i] - fit["score"][m][0]) <= half[i])
+            cover.append(abs(est[i] - fit["score_at_average"][m][0]) <= half[i])
             if m in wide:
                 cover_wide.append(cover[-1])
         vs = stats.reference_family(f, methods, score_l, cov, rng, draws)["vs"]

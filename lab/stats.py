@@ -58,9 +58,12 @@ of each estimate, contrast_df: a contrast resting on a few high-spread methods' 
 fewer than one resting on many):
 
 - cell[m, N] = mu[m, N] with its 95% t interval (estimate: any such linear contrast).
-- score[m] = mean over N in STALE_DELAYS of mu[m, N], a linear contrast, with its 95% t
-  interval; drop[m] = score[m] - mu[m, 0], the mean loss from that method's own on-policy cell.
-- vs a reference: score[m] - score[ref] for every method and each of REFERENCES, one family,
+- score[m] = mean over N in STALE_DELAYS of the model's prediction at m's own runs (their
+  paths, seeds and blocks: own_design), which is the mean of m's own final accuracies, with its
+  95% t interval; drop[m] = score[m] less the same at N = 0, the mean loss from m's own
+  on-policy cell. The comparisons below are at one point for every method, the average seed
+  and path: score_avg[m] = mean over N in STALE_DELAYS of mu[m, N].
+- vs a reference: score_avg[m] - score_avg[ref] for every method and each of REFERENCES, one family,
   with simultaneous 95% intervals (single-step max-|t|, each difference on its own degrees of
   freedom as Hasler and Hothorn 2008 (Biometrical Journal 50: 793) do under unequal variances:
   difference k's critical value is the 95% quantile of max_i |T_i| for T multivariate t with the
@@ -433,22 +436,45 @@ def holm_contrasts(fit, contrasts: dict) -> dict:
             for (name, (e, se, df)), pv, ph in zip(out.items(), p, p_holm)}
 
 
-def _factor_effects(fit, factor: str, sigma: dict) -> tuple:
-    """({level: (effect, 95% half-width)}, tau, F, p) of a sum-to-zero factor of the model
-    ('path'); empty and None where the model has no such term."""
+def _level_rows(fit, factor: str) -> tuple:
+    """(levels, A): A's row per level of a sum-to-zero factor gives that level's effect from the
+    parameters (the last level's is minus the others' sum); (None, None) without the term."""
     names = list(fit.params.index)
     idx = [i for i, n in enumerate(names) if n.startswith(f"C({factor}, Sum)")]
     if not idx:
-        return {}, None, None, None
+        return None, None
     levels = sorted(fit.model.data.frame[factor].unique())
-    a = np.zeros((len(levels), len(names)))  # level effects from the L - 1 parameters
+    a = np.zeros((len(levels), len(names)))
     for row, i in enumerate(idx):
         a[row, i] = 1
         a[-1, i] = -1
+    return levels, a
+
+
+def own_design(fit, data: pd.DataFrame, method: str, weights: dict) -> tuple:
+    """(sum over N of weights[N] x the mean of the model's predictions over `method`'s own runs
+    at N, its 95% t half-width): a prediction at the method's own point of the design (the
+    rounding paths, seeds and blocks its runs have). With weights constant within a cell
+    (fgls_weights'), a cell's residuals sum to zero, so this is the same sum of the method's
+    own mean final accuracies, never off the accuracy scale. `data`: the fitted frame, row for
+    row the model's."""
+    x, own = np.asarray(fit.model.exog), data[data["method"] == method]
+    v = sum(w * x[own.index[own["N"] == n]].mean(axis=0) for n, w in weights.items())
+    se = math.sqrt(v @ fit.cov_params().to_numpy() @ v)
+    return float(v @ fit.params.to_numpy()), float(scipy.stats.t.ppf(1 - ALPHA / 2, contrast_df(fit, v)) * se)
+
+
+def _factor_effects(fit, factor: str, sigma: dict) -> tuple:
+    """({level: (effect, 95% half-width)}, tau, F, p) of a sum-to-zero factor of the model
+    ('path'); empty and None where the model has no such term."""
+    levels, a = _level_rows(fit, factor)
+    if levels is None:
+        return {}, None, None, None
+    idx = [i for i, n in enumerate(fit.params.index) if n.startswith(f"C({factor}, Sum)")]
     effects, cov = a @ fit.params.to_numpy(), a @ fit.cov_params().to_numpy() @ a.T
     q = [scipy.stats.t.ppf(1 - ALPHA / 2, contrast_df(fit, row)) for row in a]
     table = {lvl: (float(e), float(q[i] * math.sqrt(cov[i, i]))) for i, (lvl, e) in enumerate(zip(levels, effects))}
-    test = fit.f_test(np.eye(len(names))[idx])
+    test = fit.f_test(np.eye(len(fit.params))[idx])
     f = float(np.squeeze(test.fvalue))
     return table, _moment_sd(f, fit.model.data.frame[factor], sigma), f, float(test.pvalue)
 
@@ -523,8 +549,10 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool 
            # the methods whose own variance the intervals take: {method: own SD / moderated SD}
            "floored": {m: math.sqrt(float(f)) for m, f in zip(data["method"], fit.inflation) if f > 1},
            "cell": {c: estimate(fit, {c: 1}) for c in sorted(have)},
-           "score": {m: (float(e), float(h)) for m, e, h in zip(methods, est, half)},
-           "drop": {m: estimate(fit, {**{(m, n): share for n in STALE_DELAYS}, (m, 0): -1})
+           # shown: at each method's own runs (own_design); compared: at the average seed and path
+           "score": {m: own_design(fit, data, m, {n: share for n in STALE_DELAYS}) for m in methods},
+           "score_at_average": {m: (float(e), float(h)) for m, e, h in zip(methods, est, half)},
+           "drop": {m: own_design(fit, data, m, {**{n: share for n in STALE_DELAYS}, 0: -1})
                     for m in methods if (m, 0) in have}}
     rng = np.random.default_rng(DRAW_SEED)
     out.update(reference_family(fit, methods, score_l, cov, rng, draws))
@@ -675,7 +703,7 @@ def touching_rows(result: dict, max_seeds: int) -> dict:
     family = max(1, len(result["pairs"]))
     need, spread = {}, result["spread"]
     for (a, b), p in result["pairs"].items():
-        delta = abs(result["score"][a][0] - result["score"][b][0])
+        delta = abs(result["score_at_average"][a][0] - result["score_at_average"][b][0])
         if p >= ALPHA and delta > 0:
             n = seeds_needed(delta, result["sd_score"] * math.sqrt((spread[a] ** 2 + spread[b] ** 2) / 2), family)
             if n <= max_seeds:

@@ -271,7 +271,7 @@ def test_tables_name_their_machines_and_warn_when_processors_mix(tmp_path, capsy
     plot.main(["fig3", str(runs), "--out", out])
     assert _table(out).endswith("| GRPO | 50.0 (50.0-50.0) |\n\nruns: 2 on AMD EPYC (avx2); torch 2.13.0; "
                                 "vllm 0.32.0; transformers 5.19.0; matmul onednn; sampler vllm; threads 1; "
-                                "commits abc1234\n")
+                                "code at 1 commit(s) (each run's in its run_info.json)\n")
     assert "warning" not in capsys.readouterr().err
     # a third run resumed on an Intel machine with AVX-512 and AMX, the transformers sampler, and
     # a dirty tree; a fourth from before run_info.json
@@ -287,7 +287,7 @@ def test_tables_name_their_machines_and_warn_when_processors_mix(tmp_path, capsy
     assert notes == [
         f"runs: 3 on AMD EPYC (avx2), 1 on {intel}, 1 on unknown machine (no run_info.json); torch "
         "2.13.0; vllm 0.32.0; transformers 5.19.0; matmul onednn; sampler transformers, vllm; threads 1; "
-        "commits abc1234, fedcba9 (dirty)", "",
+        "code at 2 commit(s), 1 with local changes (each run's in its run_info.json)", "",
         f"warning: this table mixes 2 processor kinds (AMD EPYC (avx2); {intel}): runs on different "
         "processors agree only within the seed spread"]
     assert f"lab/plot.py: {out}: {notes[2]}" in capsys.readouterr().err
@@ -431,7 +431,7 @@ def test_within_a_tier_the_pairs_that_differ_unadjusted_are_listed():
     """Same-tier pairs: a, b, c share x and b, d share y; a-b (p 0.01), b-d (0.02) and b-c (0.04)
     differ at the unadjusted 5% and are listed, by p, the higher first; a-c (0.3) does not; a-d
     and c-d share no letter, whatever their p."""
-    result = {"tiers": {"a": "x", "b": "xy", "c": "x", "d": "y"}, "score": {"a": (50.0, 1), "b": (52.5, 1),
+    result = {"tiers": {"a": "x", "b": "xy", "c": "x", "d": "y"}, "score_at_average": {"a": (50.0, 1), "b": (52.5, 1),
               "c": (49.0, 1), "d": (40.0, 1)},
               "pairs_raw": {("a", "b"): 0.01, ("a", "c"): 0.3, ("b", "c"): 0.04, ("a", "d"): 0.001,
                             ("b", "d"): 0.02, ("c", "d"): 0.002}}

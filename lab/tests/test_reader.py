@@ -56,3 +56,27 @@ def test_a_damaged_kept_run_is_named_with_what_to_do(tmp_path):
     with pytest.raises(ValueError, match=r"grpo_tis_N8_s0: its metrics file metrics.jsonl.gz is damaged "
                                          r"\(EOFError.*Remove the folder and rerun its sweep"):
         reader.load_runs(str(runs))
+
+
+def test_recorded_paths_whose_runs_are_bit_identical_are_measured_as_one():
+    """Kinds A and B each ran seed 0 at N = 0, once with the same reward at every update (the same
+    computation: one path); C never matches anyone (its own path), nor do runs at other seeds or
+    N, nor a run with A's rewards whose final evaluation differs."""
+    session = lambda kind: {"cpu": {"model": kind, "isa": ["avx2"], "torch_capability": "AVX2"}, "gpu": None,
+                            "torch_threads": 1, "matmul": "onednn"}
+    run = lambda name, kind, seed, delay, rewards, final=0.5: {
+        "name": name, "seed": seed, "delay": delay, "sessions": [session(kind)],
+        "rows": [{"update": t + 1, "reward_mean": r} for t, r in enumerate(rewards)]
+        + [{"update": len(rewards), "eval/toy/mean@4": final}]}
+    same, other = [0.1, 0.2, 0.3], [0.1, 0.2, 0.31]
+    runs = [run("a", "A", 0, 0, same), run("b", "B", 0, 0, same), run("c", "C", 0, 0, other),
+            run("d", "C", 1, 0, same), run("e", "A", 0, 8, other), run("f", "C", 0, 8, [0.2, 0.2, 0.2]),
+            run("g", "C", 0, 0, same, final=0.6)]  # the same rewards, another evaluation: not one path
+    paths, evidence = reader.measured_paths(runs)
+    ab = "A (avx2); 1 thread(s), onednn = B (avx2); 1 thread(s), onednn"
+    assert paths == {"A (avx2); 1 thread(s), onednn": ab, "B (avx2); 1 thread(s), onednn": ab,
+                     "C (avx2); 1 thread(s), onednn": "C (avx2); 1 thread(s), onednn"}
+    assert evidence == {ab: 1, "C (avx2); 1 thread(s), onednn": 0}
+    one = run("h", "C", 0, 0, [0.5])  # one logged reward: no evidence either way
+    assert reader.measured_paths([one, run("i", "A", 0, 0, [0.5])])[1] == {
+        "A (avx2); 1 thread(s), onednn": 0, "C (avx2); 1 thread(s), onednn": 0}

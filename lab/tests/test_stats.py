@@ -214,7 +214,9 @@ def test_a_seed_shift_shared_by_every_row_is_fitted_and_removed():
     raw = partial[(partial["method"] == "b") & (partial["N"] > 0)]["y"].mean()
     assert raw == pytest.approx(18, abs=0.05)
     r = stats.fit_leaderboard(partial)
-    assert r["seed"]["fitted"] and r["score"]["b"][0] == pytest.approx(20, abs=0.05)
+    # compared at the average seed (20); shown at b's own runs, whose seeds lack seed 0's +6 (18)
+    assert r["seed"]["fitted"] and r["score_at_average"]["b"][0] == pytest.approx(20, abs=0.05)
+    assert r["score"]["b"][0] == pytest.approx(raw, abs=1e-9)
     assert r["seed"]["moves"]["max_apart"] == pytest.approx(1, abs=0.05)  # b's +2 against a's 0, less the mean
 
 
@@ -530,3 +532,24 @@ def test_the_seed_paired_analysis_by_hand():
     assert half == pytest.approx(scipy.stats.t.ppf(0.975, 3) * sd / 2)
     assert p == pytest.approx(2 * scipy.stats.t.sf(6 / (sd / 2), 3))
     assert set(got) == {"grpo_tis"} and set(got["grpo_tis"]) == {"b"}
+
+
+def test_a_score_is_shown_at_the_methods_own_runs_and_compared_at_the_average_path():
+    """'z' ends at 0 in every stale run, all of them on path Q, which adds +6 to every run of the
+    reference (run on P and Q alike): path effects P -3, Q +3. At the average path z's score is
+    -3, off the accuracy scale; shown, it is the mean of its own runs, 0, and its drop the same
+    less its own N = 0 runs (41). The comparison stays at the average path: z - grpo_tis = -3 - 23."""
+    noise = [0.03, -0.02, 0.01, -0.04, 0.025, -0.005]
+    rows, k = [], 0
+    for seed in range(3):
+        for n in DELAYS:
+            for path in ("P", "Q"):
+                rows.append(("grpo_tis", n, seed, path, 20 + 6 * (path == "Q") + noise[k % 6]))
+                k += 1
+            rows.append(("z", n, seed, "Q", 41.0 if n == 0 else 0.0))
+    r = stats.fit_leaderboard(_frame(rows))
+    assert r["score_at_average"]["z"][0] == pytest.approx(-3, abs=0.05)
+    assert r["score"]["z"][0] == pytest.approx(0, abs=1e-9)
+    assert r["drop"]["z"][0] == pytest.approx(-41, abs=1e-9)
+    assert r["score"]["grpo_tis"][0] == pytest.approx(23, abs=0.05)  # half its runs on Q
+    assert r["vs"]["grpo_tis"]["z"][0] == pytest.approx(-3 - 23, abs=0.05)

@@ -58,6 +58,7 @@ def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
                                             ("direction", "results/direction_toy"),
                                             ("processors", "results/processor_toy"),
                                             ("processors", "results/processor_intel_toy"),
+                                            ("processors", "results/processor_zen4_toy"),
                                             ("seq-tail", "results/leaderboard_long_toy")]
     for line in lines:
         figure, results, out = line[2], line[3], line[line.index("--out") + 1]
