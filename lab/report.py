@@ -226,8 +226,9 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                 "has no term of its own)" if result["seed"].get("fitted") and not result["path"]["effects"]
                 and data["path"].nunique() > 1 else "") + ", "
              "error SD per N: " + ", ".join(f"N = {n}: {s:.2f}" for n, s in sigma.items())
-             + f"; {result['n_runs']} runs, {len(fit.params)} parameters, {result['df']:.0f} residual "
-             f"degrees of freedom."]
+             + f"; {result['n_runs']} runs"
+             + (f" ({result['n_fitted']} fitted: a copy counts once, below)" if result["n_fitted"] < result["n_runs"] else "")
+             + f", {len(fit.params)} parameters, {result['df']:.0f} residual degrees of freedom."]
     spread = {m: result["spread"][m] for m in result["methods"]}
     if math.isfinite(result["prior_df"]):
         lines[-1] += (" At N > 0 each method's error SD is the N's times its spread (the SD per N is "
@@ -265,10 +266,16 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
     on_policy = data[data["N"] == 0]
     distinct = on_policy.groupby(["seed", "path", "y", "trajectory"]).ngroups
     if distinct < len(on_policy):
+        shared = result["shared"]
+        left = len(on_policy) - distinct - (result["n_runs"] - result["n_fitted"])
         lines.append(f"At N = 0 the {len(on_policy)} runs hold {distinct} distinct ones: methods that "
-                     "are the same computation on-policy give the same run at a seed and path, and the "
-                     "model counts each copy (every cell is right; sigma at N = 0 rests on fewer "
-                     "independent runs than its degrees of freedom say).")
+                     "are the same computation on-policy give the same run at a seed and path. The model "
+                     "counts each copy once: methods whose N = 0 runs are the same at every seed and path "
+                     "they share have one N = 0 cell, fitted on their distinct runs (stats.shared_copies; "
+                     "each method's N = 0 interval and drop are that cell's): "
+                     + "; ".join(f"{' = '.join(name(m) for m in c.split(' = '))} ({n} runs)" for c, n in shared.items())
+                     + "." + (f" {left} copies of methods that differ at some other seed (two computations "
+                              "that coincide there) still count twice." if left else ""))
     if not result["methods"]:
         return lines + ["", "No method has runs at every N of the staleness score yet (N = "
                         + ", ".join(map(str, stats.STALE_DELAYS)) + "): scores, tiers, the "

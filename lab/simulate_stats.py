@@ -64,7 +64,7 @@ def simulate(data: pd.DataFrame, reps: int, seed: int = 0, draws: int = 4000, by
     the refits' model; `resampled`: errors from error_pools, else Normal; `own_floor`: the
     fits', stats.fgls_weights')."""
     fit = stats.fit_leaderboard(data, own_floor=own_floor, draws=draws)
-    data = data.reset_index(drop=True)
+    data = fit["frame"]  # the runs the model fits, row for row (a copy counted once)
     mean = np.asarray(fit["fit"].fittedvalues)
     spread = np.where(data["N"] > 0, data["method"].map(fit["spread"]), 1.0)
     sd = data["N"].map(fit["sigma"]).to_numpy() * spread

@@ -104,6 +104,7 @@ carry, fitted at one step size and tested at another).
 import json
 import math
 import warnings
+from collections import defaultdict
 
 import numpy as np
 import pandas as pd
@@ -394,12 +395,53 @@ def _moment_sd(f: float, levels: pd.Series, sigma: dict) -> float:
 
 
 def _contrast(fit, cells: dict) -> np.ndarray:
-    """The parameter vector's weights of sum(weight * mu[cell]) for cells {(method, N): weight}."""
-    names = list(fit.params.index)
+    """The parameter vector's weights of sum(weight * mu[cell]) for cells {(method, N): weight}
+    (a method's N = 0 cell is its copies' shared one where it has them: shared_copies)."""
+    names, shared = list(fit.params.index), getattr(fit, "cell_of", {})
     v = np.zeros(len(names))
     for (m, n), w in cells.items():
-        v[names.index(f"C(cell)[{m}@{n}]")] += w
+        v[names.index(f"C(cell)[{shared.get((m, n), f'{m}@{n}')}]")] += w
     return v
+
+
+def shared_copies(data: pd.DataFrame) -> tuple:
+    """(the frame the model fits, {(method, 0): shared cell}, {run's row in data: its row in that
+    frame}): methods whose N = 0 runs at a seed and path are bit-identical (the same `trajectory`
+    and final accuracy: the same computation on-policy) share one N = 0 cell, named by its methods
+    joined by " = ", and their copies count once, so that the error at N = 0 is not estimated
+    from copies. Methods join only where every run they both have at one seed and path is the
+    same (two that differ at some seed are two computations, whose copies at the other seeds
+    count twice). data: columns method, N, seed, path, y, cell and, for copies to be found, trajectory."""
+    data = data.reset_index(drop=True)
+    if "trajectory" not in data:
+        return data, {}, dict(zip(data.index, data.index))
+    on = data[data["N"] == 0]
+    same = ["seed", "path", "trajectory", "y"]
+    parent = {m: m for m in on["method"].unique()}
+    def root(m):
+        while parent[m] != m:
+            m = parent[m]
+        return m
+    runs_of = {m: dict(zip(zip(g["seed"], g["path"]), zip(g["trajectory"], g["y"]))) for m, g in on.groupby("method")}
+    for _, g in on.groupby(same):
+        first, *rest = sorted(g["method"].unique())
+        for m in rest:  # one identical run, and no run at a seed and path that differs
+            if all(runs_of[first].get(k, v) == v for k, v in runs_of[m].items()):
+                parent[root(m)] = root(first)
+    members = defaultdict(list)
+    for m in sorted(parent):
+        members[root(m)].append(m)
+    cell_of = {}
+    for group in members.values():
+        runs = on[on["method"].isin(group)]
+        if len(group) > 1 and (runs.groupby(["seed", "path"])[["trajectory", "y"]].nunique() == 1).all().all():
+            cell_of.update({(m, 0): " = ".join(group) + "@0" for m in group})
+    data = data.assign(cell=[cell_of.get((m, n), c) for m, n, c in zip(data["method"], data["N"], data["cell"])])
+    key = data["cell"] + "|" + data["seed"].astype(str) + "|" + data["path"] + "|" + data["trajectory"] + "|" + data["y"].astype(str)
+    first = ~key.duplicated()
+    fitted = data[first].reset_index(drop=True)
+    row = dict(zip(key[first], fitted.index))
+    return fitted, cell_of, {i: row[k] for i, k in key.items()}
 
 
 def _estimate(fit, cells: dict) -> tuple:
@@ -456,10 +498,10 @@ def own_design(fit, data: pd.DataFrame, method: str, weights: dict) -> tuple:
     at N, its 95% t half-width): a prediction at the method's own point of the design (the
     rounding paths, seeds and blocks its runs have). With weights constant within a cell
     (fgls_weights'), a cell's residuals sum to zero, so this is the same sum of the method's
-    own mean final accuracies, never off the accuracy scale. `data`: the fitted frame, row for
-    row the model's."""
+    own mean final accuracies, never off the accuracy scale. `data`: one row per run, `fit_row`
+    its row in the model's frame (a copy's is the run it copies: shared_copies)."""
     x, own = np.asarray(fit.model.exog), data[data["method"] == method]
-    v = sum(w * x[own.index[own["N"] == n]].mean(axis=0) for n, w in weights.items())
+    v = sum(w * x[own.loc[own["N"] == n, "fit_row"]].mean(axis=0) for n, w in weights.items())
     se = math.sqrt(v @ fit.cov_params().to_numpy() @ v)
     return float(v @ fit.params.to_numpy()), float(scipy.stats.t.ppf(1 - ALPHA / 2, contrast_df(fit, v)) * se)
 
@@ -539,15 +581,20 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool 
     own_floor: fgls_weights'; draws: of the reference family's max-|t| critical values."""
     check_one_setting(data)
     data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
-    fit, sigma, seed, without = _fit(data, by_method, own_floor)
+    frame, cell_of, fit_row = shared_copies(data)
+    data = data.assign(fit_row=data.index.map(fit_row))
+    fit, sigma, seed, without = _fit(frame, by_method, own_floor)
+    fit.cell_of = without.cell_of = cell_of
     have = set(zip(data["method"], data["N"]))
     methods = sorted({m for m in data["method"] if all((m, n) in have for n in STALE_DELAYS)})
     share = 1 / len(STALE_DELAYS)
     score_l, est, cov, half = scores(fit, methods)
+    shared = sorted(set(cell_of.values()))
     out = {"fit": fit, "sigma": sigma, "df": fit.df_resid, "methods": methods, "n_runs": len(data),
+           "n_fitted": len(frame), "frame": frame, "shared": {c[:-2]: int((frame["cell"] == c).sum()) for c in shared},
            "spread": fit.spread, "prior_df": fit.prior_df,
            # the methods whose own variance the intervals take: {method: own SD / moderated SD}
-           "floored": {m: math.sqrt(float(f)) for m, f in zip(data["method"], fit.inflation) if f > 1},
+           "floored": {m: math.sqrt(float(f)) for m, f in zip(frame["method"], fit.inflation) if f > 1},
            "cell": {c: estimate(fit, {c: 1}) for c in sorted(have)},
            # shown: at each method's own runs (own_design); compared: at the average seed and path
            "score": {m: own_design(fit, data, m, {n: share for n in STALE_DELAYS}) for m in methods},
@@ -570,11 +617,11 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool 
         apart = np.abs(moved - moved.mean())
         out["seed"]["moves"] = {"mean": float(moved.mean()), "mean_apart": float(apart.mean()),
                                 "max_apart": float(apart.max())}
-    resid = pd.Series(np.asarray(fit.resid), index=data.index)
-    by_n = [resid[g.index] for _, g in data.groupby("N")]
+    resid = pd.Series(np.asarray(fit.resid), index=frame.index)
+    by_n = [resid[g.index] for _, g in frame.groupby("N")]
     out["levene_n"] = scipy.stats.levene(*by_n) if len(by_n) > 1 else None
     out["levene_methods"] = {}
-    for n, g in data.groupby("N"):
+    for n, g in frame.groupby("N"):
         per_method = [resid[h.index] for _, h in g.groupby("method") if len(h) > 1]
         if len(per_method) > 1:
             out["levene_methods"][n] = scipy.stats.levene(*per_method)

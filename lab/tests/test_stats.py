@@ -553,3 +553,28 @@ def test_a_score_is_shown_at_the_methods_own_runs_and_compared_at_the_average_pa
     assert r["drop"]["z"][0] == pytest.approx(-41, abs=1e-9)
     assert r["score"]["grpo_tis"][0] == pytest.approx(23, abs=0.05)  # half its runs on Q
     assert r["vs"]["grpo_tis"]["z"][0] == pytest.approx(-3 - 23, abs=0.05)
+
+
+def test_copies_at_n0_share_one_cell_and_count_once():
+    """At N = 0, 'b' is 'a' run for run (the same computation on-policy: same rewards, same final
+    accuracy at every seed); 'c' matches 'a' at seed 0 only, so it is another computation. a and b
+    share one N = 0 cell fitted on a's three runs: the fit is the one without b's N = 0 runs (its
+    SD at N = 0 and every cell), while b keeps that cell as its own, its drop included; c keeps
+    its own cell and its seed-0 run counts as it is."""
+    rows, wobble = [], (1.0, -1.0, 0.5)
+    for s in range(3):
+        rows += [("a", 0, s, "P", 50 + wobble[s], f"t{s}"), ("b", 0, s, "P", 50 + wobble[s], f"t{s}"),
+                 ("c", 0, s, "P", 50 + wobble[s] if s == 0 else 47 + 2 * s, f"t{s}" if s == 0 else f"c{s}")]
+        for k, n in enumerate(DELAYS[1:]):
+            rows += [(m, n, s, "P", base - 3 * k + wobble[(s + j) % 3], f"{m}{n}{s}")
+                     for j, (m, base) in enumerate((("a", 40), ("b", 30), ("c", 20)))]
+    data = pd.DataFrame(rows, columns=["method", "N", "seed", "path", "y", "trajectory"])
+    r = stats.fit_leaderboard(data)
+    assert r["shared"] == {"a = b": 3} and (r["n_runs"], r["n_fitted"]) == (36, 33)
+    alone = stats.fit_leaderboard(data[~((data["method"] == "b") & (data["N"] == 0))])
+    assert r["sigma"][0] == pytest.approx(alone["sigma"][0], rel=1e-9)
+    assert r["df"] == alone["df"]
+    assert r["cell"][("a", 0)] == pytest.approx(alone["cell"][("a", 0)], rel=1e-9)
+    assert r["cell"][("b", 0)] == r["cell"][("a", 0)]
+    assert r["drop"]["b"][0] == pytest.approx(r["score"]["b"][0] - (50 + sum(wobble) / 3), abs=1e-9)
+    assert r["cell"][("c", 0)][0] == pytest.approx((51 + 49 + 51) / 3, abs=1e-9)
