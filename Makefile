@@ -118,13 +118,15 @@ leaderboard-frameworks: .venv/ready
 # 0-2, kept in results/leaderboard_toy_lr5e-5 (skipped once there: it grows across machines), then
 # the newest corrections at that step; then a third (lr 1.25e-5) for the study's four and PPO
 # against the sampler; then the second step's rows at lr 2e-4 and N = 2, where the drift its
-# batches carry overlaps lr 5e-5's (the drift hypothesis's test inside the fitted range).
+# batches carry overlaps lr 5e-5's (the drift hypothesis's test inside the fitted range), and the
+# drift test's rows at N = 1, 2, 4 (lab/docs/preregistration.md, section 2).
 leaderboard-lr: .venv/ready
 	$(PY) sweep.py lab/sweeps/leaderboard_lr5e-5_toy.yaml --jobs auto
 	$(PY) sweep.py lab/sweeps/leaderboard_lr5e-5_corrections_toy.yaml --jobs auto
 	$(PY) sweep.py lab/sweeps/leaderboard_lr5e-5_rows_toy.yaml --jobs auto
 	$(PY) sweep.py lab/sweeps/leaderboard_lr1.25e-5_toy.yaml --jobs auto
 	$(PY) sweep.py lab/sweeps/drift_n2_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/drift_small_n_toy.yaml --jobs auto
 	$(MAKE) tables
 
 # The direction ablation: token MIS, band wide/narrow x masking both sides/the harmful side only.
@@ -151,7 +153,7 @@ tables: .venv/ready
 	test ! -d results/leaderboard_toy || $(PY) lab/plot.py leaderboard results/leaderboard_toy --out lab/figures/leaderboard_v3_toy.png \
 		--frameworks lab/docs/frameworks.yaml --lag-map lab/figures/lag_map_toy.md
 	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) lab/plot.py leaderboard results/leaderboard_toy_lr5e-5 --out lab/figures/leaderboard_lr5e-5_toy.png
-	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) lab/plot.py drift results/leaderboard_toy,results/drift_toy_n2 --against results/leaderboard_toy_lr5e-5 --out lab/figures/drift_toy.png
+	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) lab/plot.py drift results/leaderboard_toy,results/drift_toy_n2,results/drift_toy_small_n --against results/leaderboard_toy_lr5e-5 --out lab/figures/drift_toy.png
 	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) lab/plot.py leaderboard results/leaderboard_toy_lr1.25e-5 --out lab/figures/leaderboard_lr1.25e-5_toy.png
 	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) lab/plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr1.25e-5 --out lab/figures/drift_lr1.25e-5_toy.png
 	test ! -d results/direction_toy || $(PY) lab/plot.py direction results/direction_toy --out lab/figures/direction_toy.png
@@ -159,7 +161,7 @@ tables: .venv/ready
 	test ! -d results/processor_intel_toy || $(PY) lab/plot.py processors results/processor_intel_toy --against results/leaderboard_toy --out lab/figures/processor_intel_toy.png
 	test ! -d results/processor_zen4_toy || $(PY) lab/plot.py processors results/processor_zen4_toy --against results/processor_toy --out lab/figures/processor_zen4_toy.png
 	test ! -d results/leaderboard_long_toy || $(PY) lab/plot.py seq-tail results/leaderboard_long_toy --against results/seq_tail_short_toy --out lab/figures/seq_tail_toy.png
-	for grid in leaderboard_toy leaderboard_toy_lr5e-5 leaderboard_toy_lr1.25e-5 drift_toy_n2 direction_toy leaderboard_long_toy seq_tail_short_toy; do \
+	for grid in leaderboard_toy leaderboard_toy_lr5e-5 leaderboard_toy_lr1.25e-5 drift_toy_n2 drift_toy_small_n direction_toy leaderboard_long_toy seq_tail_short_toy; do \
 		test ! -d results/$$grid || $(PY) lab/plot.py tidy results/$$grid --out lab/figures/runs_$$grid.csv || exit 1; done
 
 # The leaderboard on the long-answer toy (configs/toy_long.yaml; lab/docs/preregistration.md, section

@@ -52,7 +52,7 @@ def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
              if "lab/plot.py" in l and " results/" in l and "$$grid" not in l]  # the tidy tables: below
     assert [(l[2], l[3]) for l in lines] == [("leaderboard", "results/leaderboard_toy"),
                                             ("leaderboard", "results/leaderboard_toy_lr5e-5"),
-                                            ("drift", "results/leaderboard_toy,results/drift_toy_n2"),
+                                            ("drift", "results/leaderboard_toy,results/drift_toy_n2,results/drift_toy_small_n"),
                                             ("leaderboard", "results/leaderboard_toy_lr1.25e-5"),
                                             ("drift", "results/leaderboard_toy"),
                                             ("direction", "results/direction_toy"),
