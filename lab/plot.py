@@ -48,7 +48,7 @@ from lab.reader import (base_accuracy, by, by_loss, check_one_table, direction_a
                         loss_order, mean, method, processor_kind, row_label, row_order, same_rewards_through,
                         series, tidy)
 from lab.report import (LAG_MAP_HEAD, anchor_lines, delays_note, direction_lines, drift_lines, fmt,  # noqa: E402
-                        lag_map_lines, leaderboard_lines, machines, partial_score, regime_lines, row_key,
+                        lag_map_lines, leaderboard_lines, machines, partial_score, preregistered_drift_lines, regime_lines, row_key,
                         row_summary, seed_scores, seeds_note, seq_tail_lines, seq_tail_pairs, short_table,
                         signed, tier_lines, verdict_lines, SEQ_TAIL_DELAYS, SEQ_TAIL_ESS_RATIO,
                         SEQ_TAIL_Q90_RATIO, SEQ_TAIL_ROWS, SEQ_TAIL_UPDATES)
@@ -687,8 +687,12 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
                          + " | ".join(cell(own[own["N"] == n]) for n in delays) + " |")
     lr_a, lr_b = float(a["lr"].iloc[0]), float(b["lr"].iloc[0])
     a_to_b, b_to_a = stats.drift_prediction(a, b), stats.drift_prediction(b, a)
+    floor = stats.at_the_floor(a, b)
+    kept_a, kept_b = a[~a["method"].isin(floor)], b[~b["method"].isin(floor)]
     lines += (tier_lines(runs, order, name) + regime_lines([data[root], data[against]], name)
               + verdict_lines(a_to_b, b_to_a, (lr_a, lr_b), name)
+              + preregistered_drift_lines(stats.drift_bootstrap(kept_a, kept_b), stats.drift_bootstrap(kept_b, kept_a),
+                                          (lr_a, lr_b), floor, name)
               + drift_lines(a_to_b, lr_a, lr_b, name) + drift_lines(b_to_a, lr_b, lr_a, name)
               + anchor_lines([r for r in runs[root] + runs[against] if method(r) in shared], name))
     cols = min(5, len(order))

@@ -628,6 +628,30 @@ def verdict_lines(one_way: dict, other_way: dict, lrs: tuple, name) -> list:
             f"over the two: family-wise 5%): {word}. " + "; ".join(parts) + "."]
 
 
+def preregistered_drift_lines(one_way: dict, other_way: dict, lrs: tuple, excluded: list, name) -> list:
+    """The drift test as lab/docs/preregistration.md (section 2) fixed it: stats.drift_bootstrap in
+    both directions (fitted at lrs[0] predicting lrs[1], and back), each a family of its methods
+    (Holm) at ALPHA / 2, Bonferroni over the two; the rows at the floor excluded."""
+    level = stats.ALPHA / 2
+    if not (one_way and other_way):
+        word = "not yet (a direction has no stale cell inside its fitted range)"
+    else:
+        word = "refuted" if any(v["p_holm"] < level for side in (one_way, other_way) for v in side.values()) else "not refuted"
+    parts = []
+    for (fit_lr, test_lr), side in zip((lrs, lrs[::-1]), (one_way, other_way)):
+        failed = sorted(((m, v) for m, v in side.items() if v["p_holm"] < level), key=lambda t: -abs(t[1]["error"]))
+        smallest = min((2 / (v["draws"] + 1) * len(side) for v in side.values()), default=math.nan)
+        parts.append(f"{'f' if parts else 'F'}itted at lr {fit_lr:g}, predicting lr {test_lr:g}: {len(side)} methods, refuted after Holm: "
+                     + (", ".join(f"{name(m)} {signed(v['error'])} (bootstrap SE {v['se']:.1f}, Holm p {v['p_holm']:.2g})"
+                                  for m, v in failed) or "none")
+                     + f" (the smallest Holm p its draws allow: {smallest:.2g})")
+    return ["", f"**The preregistered test** (lab/docs/preregistration.md, section 2: the inside-only errors, "
+            f"a bootstrap over seeds with every run of a drawn seed at both step sizes, {stats.DRIFT_DRAWS} draws, "
+            f"Holm over the methods of a direction at {100 * level:g}%, Bonferroni over the two; excluded at the "
+            f"floor, below {stats.DRIFT_FLOOR:g}% at every stale cell at both steps: "
+            + (", ".join(name(m) for m in excluded) or "none") + f"): {word}. " + "; ".join(parts) + "."]
+
+
 def anchor_lines(runs: list, name) -> list:
     """Where each published drift statistic (ANCHOR_DRIFT) falls among the toy's cells: per cell
     (lr x N) of the entry that logs it, the statistic's mean over its runs' updates, and the two

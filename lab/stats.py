@@ -864,6 +864,82 @@ def drift_prediction(fit_runs: pd.DataFrame, test_runs: pd.DataFrame) -> dict:
             "rmse_inside": rms([c["error"] for c in cells if c["inside"]])}
 
 
+DRIFT_DRAWS = 2000  # the drift test's bootstrap draws over seeds (lab/docs/preregistration.md, section 2)
+DRIFT_FLOOR = 5.0  # %: a row below this at every stale cell at both step sizes is excluded from it
+
+
+def at_the_floor(one: pd.DataFrame, other: pd.DataFrame) -> list:
+    """The methods the drift test excludes (a rule fixed before its runs): mean final accuracy
+    below DRIFT_FLOOR at every stale cell (method x N) at both step sizes, so that the drop is
+    the N = 0 cell whatever the drift. Frames as drift_prediction's."""
+    low = lambda d: {m for m, g in d[d["N"] > 0].groupby("method") if (g.groupby("N")["y"].mean() < DRIFT_FLOOR).all()}
+    return sorted(low(one) & low(other))
+
+
+def drift_bootstrap(fit_runs: pd.DataFrame, test_runs: pd.DataFrame, draws: int = DRIFT_DRAWS,
+                    seed: int = DRAW_SEED, counts=None) -> dict:
+    """The drift test as preregistered: drift_prediction's inside-only error per method (its
+    stale test runs in the cells whose mean log-drift lies inside its fitted stale runs' range,
+    less the fitted line), with a bootstrap over seeds: each draw takes as many seeds as there
+    are, with replacement, from the seeds of both frames, and every run of a drawn seed comes
+    with it (the runs that share a seed, the N = 0 runs every stale cell of a method is measured
+    from, and one seed's runs at both step sizes stay together); the line is refitted per draw at
+    the full fit's weights (1 / f[N]^2), the range and the cells inside recomputed. A method's p
+    is twice the share of draws on the far side of zero, (count + 1) / (draws + 1); Holm over
+    the methods (each direction is one family). Returns {method: {error, se (the draws' SD), p,
+    p_holm, draws (those with an inside cell)}}. `counts`: the draws given instead, (draws,
+    seeds) copies of each seed of the sorted union (a row of ones is the data itself)."""
+    base = drift_prediction(fit_runs, test_runs)["inside"]["methods"]
+    if not base:
+        return {}
+    fitted = [m for m, g in fit_runs.groupby("method") if (g["N"] == 0).any() and g.loc[g["N"] > 0, "N"].nunique() >= 2]
+    fit_sd = within_cell_sd(fit_runs[fit_runs["method"].isin(fitted)])  # drift_prediction's weights
+    largest = max(fit_sd.values(), default=1.0)
+    seeds = sorted(set(fit_runs["seed"]) | set(test_runs["seed"]))
+    index = {s: i for i, s in enumerate(seeds)}
+    if counts is None:
+        rng = np.random.default_rng(seed)
+        counts = np.stack([np.bincount(rng.integers(len(seeds), size=len(seeds)), minlength=len(seeds))
+                           for _ in range(draws)])  # (draws, seeds): each seed's copies in a draw
+    counts = np.asarray(counts, dtype=float)
+    draws = len(counts)
+    log_drift = lambda d: np.log10(d["drift"].clip(lower=1e-30).to_numpy(float))
+    out = {}
+    for m in base:
+        tr, te = fit_runs[fit_runs["method"] == m], test_runs[test_runs["method"] == m]
+        stale = (tr["N"] > 0).to_numpy(float)
+        x_tr = np.where(stale > 0, log_drift(tr), 0.0)
+        design = np.column_stack([np.ones(len(tr)), stale, stale * x_tr])
+        w = counts[:, [index[s] for s in tr["seed"]]] / tr["N"].map(lambda n: fit_sd.get(n, largest)).to_numpy(float) ** 2
+        xtwx = np.einsum("dn,ni,nj->dij", w, design, design)
+        ok = np.abs(np.linalg.det(xtwx)) > 1e-12
+        line = np.full((draws, 3), np.nan)
+        xtwy = np.einsum("dn,ni,n->di", w[ok], design, tr["y"].to_numpy(float))
+        line[ok] = np.linalg.solve(xtwx[ok], xtwy[..., None])[..., 0]
+        seen = np.where((w > 0) & (stale > 0), x_tr, np.nan)
+        lo, hi = np.nanmin(np.where(np.isnan(seen), np.inf, seen), 1), np.nanmax(np.where(np.isnan(seen), -np.inf, seen), 1)
+        f = counts[:, [index[s] for s in te["seed"]]]  # (draws, test runs)
+        y, n_of, x_te = te["y"].to_numpy(float), te["N"].to_numpy(), np.where(te["N"] > 0, log_drift(te), 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ybar0 = (f * y * (n_of == 0)).sum(1) / (f * (n_of == 0)).sum(1)
+            inside = np.zeros_like(f, dtype=bool)
+            for n in sorted(set(n_of[n_of > 0])):
+                cell = n_of == n
+                mean_x = (f[:, cell] * x_te[cell]).sum(1) / f[:, cell].sum(1)
+                inside[:, cell] = ((lo <= mean_x) & (mean_x <= hi))[:, None]
+            g = f * inside
+            errors = ((g * (y - ybar0[:, None])).sum(1) / g.sum(1)
+                      - line[:, 1] - line[:, 2] * (g * x_te).sum(1) / g.sum(1))
+        errors = errors[np.isfinite(errors)]
+        far = min((errors <= 0).sum(), (errors >= 0).sum())
+        out[m] = {"error": float(base[m]["error"]), "se": float(errors.std(ddof=1)) if len(errors) > 1 else math.nan,
+                  "p": min(1.0, 2 * (far + 1) / (len(errors) + 1)), "draws": int(len(errors))}
+    adjusted = multipletests([v["p"] for v in out.values()], method="holm")[1]
+    for v, p in zip(out.values(), adjusted):
+        v["p_holm"] = float(p)
+    return out
+
+
 def within_cell_sd(runs: pd.DataFrame, cells: tuple = ("method", "N"), by: str = "N") -> dict:
     """{level of `by`: the SD of its runs about their cell means (cells: the columns `cells`),
     pooled over its cells}, for the levels with a replicated cell. runs: those columns, `by`

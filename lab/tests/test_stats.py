@@ -578,3 +578,36 @@ def test_copies_at_n0_share_one_cell_and_count_once():
     assert r["cell"][("b", 0)] == r["cell"][("a", 0)]
     assert r["drop"]["b"][0] == pytest.approx(r["score"]["b"][0] - (50 + sum(wobble) / 3), abs=1e-9)
     assert r["cell"][("c", 0)][0] == pytest.approx((51 + 49 + 51) / 3, abs=1e-9)
+
+
+def _drift_frames(off: float):
+    """Two step sizes, seeds 0-3 sharing a shift per seed (eps) at every N. Fitted side: N 0, 2, 8
+    at K3 1e-3 and 1e-2, drop -10 (log10 K3 + 3): 0 and -10. Test side: N 0 and 8 at K3 3e-3
+    (inside), the same line, 'off' `off` points above it; 'z' at 0% in every stale run."""
+    eps, rows = (0.3, -0.2, 0.1, -0.25), []
+    for s, e in enumerate(eps):
+        for m in ("on", "off", "z"):
+            rows.append(("A", m, 0, s, 50 + e, 1e-9))
+            rows += [("A", m, n, s, 0.0 if m == "z" else 50 + e - 10 * (math.log10(k) + 3), k)
+                     for n, k in ((2, 1e-3), (8, 1e-2))]
+            rows.append(("B", m, 0, s, 40 + e, 1e-9))
+            rows.append(("B", m, 8, s, 0.0 if m == "z" else 40 + e - 10 * (math.log10(3e-3) + 3) + off * (m == "off"), 3e-3))
+    frame = pd.DataFrame(rows, columns=["lr", "method", "N", "seed", "y", "drift"])
+    return frame[frame["lr"] == "A"], frame[frame["lr"] == "B"]
+
+
+def test_the_preregistered_drift_test_resamples_seeds_and_excludes_the_floor():
+    """A row at 0% in every stale run at both steps is excluded (the floor rule); a draw of every
+    seed once gives drift_prediction's errors; on the line every draw's error is 0 (to rounding), 10
+    points off it every draw's is 10, so its p is the smallest the draws allow, 2 / (draws + 1),
+    doubled by Holm over the two methods."""
+    fit, test = _drift_frames(10.0)
+    assert stats.at_the_floor(fit, test) == ["z"] and stats.at_the_floor(fit, test.assign(y=test["y"] + 6)) == []
+    fit, test = fit[fit["method"] != "z"], test[test["method"] != "z"]
+    exact = stats.drift_prediction(fit, test)["inside"]["methods"]
+    assert exact["off"]["error"] == pytest.approx(10, abs=1e-9) and exact["on"]["error"] == pytest.approx(0, abs=1e-9)
+    once = stats.drift_bootstrap(fit, test, counts=np.ones((1, 4)))
+    assert {m: v["error"] for m, v in once.items()} == {m: v["error"] for m, v in exact.items()}
+    boot = stats.drift_bootstrap(fit, test, draws=200)
+    assert boot["off"]["p"] == pytest.approx(2 / 201) and boot["off"]["p_holm"] == pytest.approx(4 / 201)
+    assert boot["off"]["se"] == pytest.approx(0, abs=1e-9) and boot["on"]["se"] == pytest.approx(0, abs=1e-9)
