@@ -68,7 +68,7 @@ def clock() -> float:
     return time.perf_counter()
 
 
-def build_model(path: str, shape: dict) -> str:
+def random_toy_model(path: str, shape: dict) -> str:
     """A random-init Qwen3 of `shape` with the toy tokenizer (no warm-up: speed only)."""
     if os.path.exists(os.path.join(path, "config.json")):
         return path
@@ -134,7 +134,7 @@ def bench_model(name: str, path: str, repeats: int, losses: list) -> dict:
 
     on_gpu = torch.cuda.is_available()
     if name in SHAPES:
-        build_model(path, SHAPES[name])
+        random_toy_model(path, SHAPES[name])
 
     def run_config(round_, loss):
         return config.load_config(os.path.join(ROOT, "configs", "toy.yaml"), [

@@ -105,7 +105,9 @@ def run_config(args, overrides=()) -> dict:
     return cfg
 
 
-def build_model(folder: str, layers: int, vocab: int, with_tokenizer: bool = False) -> None:
+def random_qwen3(folder: str, layers: int, vocab: int, with_tokenizer: bool = False) -> None:
+    """A random-init Qwen3-1.7B-shaped model of `layers` layers and a `vocab`-token vocabulary in
+    `folder` (kept if there), with padded_toy_tokenizer if `with_tokenizer`."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
     if os.path.exists(os.path.join(folder, "config.json")):
@@ -117,10 +119,10 @@ def build_model(folder: str, layers: int, vocab: int, with_tokenizer: bool = Fal
                                               "vocab_size": vocab}, torch_dtype="float32", **special))
     net.save_pretrained(folder)
     if with_tokenizer:
-        build_tokenizer(vocab).save_pretrained(folder)
+        padded_toy_tokenizer(vocab).save_pretrained(folder)
 
 
-def build_tokenizer(vocab: int):
+def padded_toy_tokenizer(vocab: int):
     """The toy's character tokenizer (<pad> 0, <eos> 1, printable characters) padded with filler
     tokens <t98>, <t99>, ... to `vocab` entries: prompts encode as in the toy, and every id a
     random model samples decodes."""
@@ -344,7 +346,7 @@ def writable_folders() -> list:
 
 
 def n_params(layers: int, vocab: int) -> int:
-    """Parameters of the random Qwen3 that build_model makes (counted on the meta device)."""
+    """Parameters of the random Qwen3 that random_qwen3 makes (counted on the meta device)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
     with torch.device("meta"):
@@ -419,7 +421,7 @@ def check(args) -> int:
             learn_args = argparse.Namespace(**{**vars(args), "mode": "update",
                                                "model_dir": os.path.join(tmp, "model-learn")})
             t0 = time.perf_counter()
-            build_model(learn_args.model_dir, args.layers, args.vocab)
+            random_qwen3(learn_args.model_dir, args.layers, args.vocab)
             record["build_learn_model_s"] = time.perf_counter() - t0
             for loss in args.losses.split(","):
                 t0 = time.perf_counter()
@@ -446,7 +448,7 @@ def check(args) -> int:
                                               "model_dir": os.path.join(tmp, "model-loop")})
             t0 = time.perf_counter()
             try:
-                build_model(loop_args.model_dir, args.loop_layers, args.vocab, with_tokenizer=True)
+                random_qwen3(loop_args.model_dir, args.loop_layers, args.vocab, with_tokenizer=True)
                 stats = loop(loop_args)
             except Exception as e:  # noqa: BLE001 - the check reports it and goes on
                 verdict(False, "loop", f"{type(e).__name__}: {str(e).strip()[:300]}")
@@ -517,7 +519,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-learner-", dir=args.dir or writable_folders()[0][1]) as tmp:
         args.tmp, args.model_dir = tmp, os.path.join(tmp, "model")
         t0 = time.perf_counter()
-        build_model(args.model_dir, args.layers, args.vocab, with_tokenizer=args.mode == "loop")
+        random_qwen3(args.model_dir, args.layers, args.vocab, with_tokenizer=args.mode == "loop")
         print(f"random-init Qwen3-1.7B shape, {args.layers} layers, vocabulary {args.vocab:,}, built in "
               f"{time.perf_counter() - t0:.0f} s ({'GPU ' + torch.cuda.get_device_name() if on_gpu else 'CPU'}, "
               f"torch {torch.__version__})", flush=True)

@@ -32,7 +32,7 @@ QWEN3_1_7B = dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28
 EOS = "<|endoftext|>"
 
 
-def build_tokenizer(vocab_size: int = QWEN3_1_7B["vocab_size"]):
+def qwen_sized_bpe_tokenizer(vocab_size: int = QWEN3_1_7B["vocab_size"]):
     """A byte-level BPE tokenizer with exactly `vocab_size` tokens: trained on the fixture
     problems in the math template (its common merges), then filled up with merges of pairs of
     its first tokens (valid rules that rarely fire), so that lookups run over a table of the
@@ -67,10 +67,11 @@ def build_tokenizer(vocab_size: int = QWEN3_1_7B["vocab_size"]):
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
 
 
-def build_model(folder: str, layers: int) -> None:
+def random_qwen3_1_7b(folder: str, layers: int) -> None:
+    """A random-init Qwen3-1.7B of `layers` layers with qwen_sized_bpe_tokenizer, in `folder`."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
-    tokenizer = build_tokenizer()
+    tokenizer = qwen_sized_bpe_tokenizer()
     assert len(tokenizer) == QWEN3_1_7B["vocab_size"], len(tokenizer)
     torch.manual_seed(0)
     eos = tokenizer.eos_token_id
@@ -111,7 +112,7 @@ def main() -> None:
     model, out = os.path.join(root, "model"), os.path.join(root, "run")
     t0 = time.perf_counter()
     if not os.path.exists(os.path.join(model, "config.json")):
-        build_model(model, args.layers)
+        random_qwen3_1_7b(model, args.layers)
     print(f"model and tokenizer built in {time.perf_counter() - t0:.0f} s: {model}", flush=True)
     fixtures = os.path.join(ROOT, "tests", "fixtures")
     argv = [os.path.join(ROOT, "configs", "qwen3_1.7b_quick.yaml"), f"model={model}",
