@@ -225,7 +225,7 @@ def processor_kind(session: dict) -> str:
     return kind(session)
 
 
-def rounding_path(run: dict) -> str:
+def recorded_path(run: dict) -> str:
     """The processor kind(s) a run ran on (' + ' between kinds when it was resumed on another),
     with its thread count and matmul backend: what sets its rounding."""
     sessions = run["sessions"]
@@ -254,8 +254,9 @@ TIDY_DIAGNOSTICS = ("k3", "entropy", "grad_norm", "reward_mean", "response_len_m
 def tidy(root: str, out: str, **_) -> None:
     """One row per kept run, as CSV (pandas.read_csv reads it in one line): its row (method), the
     objective and its settings off the defaults (JSON), N, seed, lr, processor kind, rounding
-    path as recorded and as measured (measured_paths), the final evaluation and the mean of the late ones (empty where a run has too few), and
-    each diagnostic's mean over the run's updates (empty where it logs none)."""
+    path as recorded (`recorded_path`) and as measured (`rounding_path`: measured_paths), the
+    final evaluation and the mean of the late ones (empty where a run has too few), and each
+    diagnostic's mean over the run's updates (empty where it logs none)."""
     runs = load_runs(root)
     check_one_table(runs, root)
     paths, rows = measured_paths(runs)[0], []
@@ -265,7 +266,7 @@ def tidy(root: str, out: str, **_) -> None:
         rows.append({"run": r["name"], "row": method(r), "objective": r["loss"],
                      "settings": json.dumps(row_settings(r), sort_keys=True), "N": r["delay"], "seed": r["seed"],
                      "lr": r["cfg"]["lr"], "processor": " + ".join(dict.fromkeys(processor_kind(s) for s in r["sessions"])),
-                     "rounding_path": rounding_path(r), "measured_path": paths[rounding_path(r)],
+                     "recorded_path": recorded_path(r), "rounding_path": paths[recorded_path(r)],
                      "final": 100 * final_mean(r),
                      "late_mean": 100 * late[1] if late else None,
                      **{k: mean(v) if (v := logged(k)) else None for k in TIDY_DIAGNOSTICS}})
@@ -282,7 +283,7 @@ def trajectory(run: dict) -> str:
 
 
 def measured_paths(runs: list) -> tuple:
-    """({rounding_path: the rounding path as measured}, {measured path: its evidence}). Two
+    """({recorded_path: the rounding path as measured}, {measured path: its evidence}). Two
     recorded paths (processor kind, threads, matmul) whose runs of one seed and N log the same
     training reward at every update and the same final accuracy (methods that are the same
     computation on-policy, each run on its own machine) round alike: they are one path, named by
@@ -295,12 +296,12 @@ def measured_paths(runs: list) -> tuple:
         return p
     groups = defaultdict(set)
     for r in runs:
-        path = rounding_path(r)
-        root(path)
-        groups[(r["seed"], r["delay"], trajectory(r), final_mean(r))].add(path)
+        recorded = recorded_path(r)
+        root(recorded)
+        groups[(r["seed"], r["delay"], trajectory(r), final_mean(r))].add(recorded)
     joins = []
-    for paths in groups.values():
-        first, *rest = sorted(paths)
+    for together in groups.values():
+        first, *rest = sorted(together)
         for p in rest:
             parent[root(p)] = root(first)
         if rest:
@@ -315,11 +316,11 @@ def measured_paths(runs: list) -> tuple:
 
 def leaderboard_data(runs: list) -> pd.DataFrame:
     """The leaderboard model's data (stats.fit_leaderboard): one row per run, its method, N, seed,
-    rounding path as measured (measured_paths) and as recorded (`processor`), final accuracy in
+    rounding path as measured (measured_paths) and as recorded (`recorded_path`), final accuracy in
     %, its `trajectory` and its objective's settings."""
     paths, _ = measured_paths(runs)
     return pd.DataFrame([{"method": method(r), "N": r["delay"], "seed": r["seed"],
-                          "path": paths[rounding_path(r)], "processor": rounding_path(r),
+                          "rounding_path": paths[recorded_path(r)], "recorded_path": recorded_path(r),
                           "y": 100 * final_mean(r), "trajectory": trajectory(r),
                           "settings": json.dumps(objective_settings(r), sort_keys=True)} for r in runs])
 

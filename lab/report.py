@@ -11,7 +11,7 @@ import pandas as pd
 
 from lab import stats
 from lab.reader import (LATE_EVALS, LATE_SPAN, base_accuracy, direction_arm, final_mean, last_fraction,
-                        late_evaluations, leaderboard_data, mean, method, processor_kind, rounding_path,
+                        late_evaluations, leaderboard_data, mean, method, processor_kind, recorded_path,
                         row_label)
 
 
@@ -102,11 +102,11 @@ def signed(x: float) -> str:
 def late_measure_lines(runs: list) -> list:
     """The late-evaluation measure against the final evaluation on the same runs: per N and over
     all, the pooled within-cell SD (cells: method x N x rounding path with >= 2 such runs)."""
-    frame = pd.DataFrame([{"method": method(r), "N": r["delay"], "path": rounding_path(r), "all": "all",
+    frame = pd.DataFrame([{"method": method(r), "N": r["delay"], "rounding_path": recorded_path(r), "all": "all",
                            "final": both[0], "late": both[1]} for r in runs if (both := late_evaluations(r))])
     if frame.empty:
         return []
-    cell = ["method", "N", "path"]
+    cell = ["method", "N", "rounding_path"]
     frame = frame[frame.groupby(cell)["final"].transform("count") > 1]
     if frame.empty:
         return []
@@ -156,10 +156,10 @@ def seed_lines(seed: dict) -> list:
 
 
 def path_design_lines(path: dict, data: pd.DataFrame, order: list, name) -> list:
-    """The rounding paths' effects (stats' result["path"]) and the design: runs per method and
+    """The rounding paths' effects (stats' result["rounding_path"]) and the design: runs per method and
     path (from `data`, the model's runs)."""
     lines = measured_path_lines(data)
-    counts = data["path"].value_counts()
+    counts = data["rounding_path"].value_counts()
     if path["effects"]:
         lines += ["", f"**Rounding path effects** (sum-to-zero, points, 95% t): F = {path['F']:.2f}, "
                   f"p = {path['p']:.2g}; variance component (moments) SD {path['tau']:.2f} points.", "",
@@ -167,7 +167,7 @@ def path_design_lines(path: dict, data: pd.DataFrame, order: list, name) -> list
         lines += [f"| P{i + 1}: {lvl} | {counts[lvl]} | {pm(e / 100, h / 100)} |"
                   for i, (lvl, (e, h)) in enumerate(path["effects"].items())]
     if len(counts) > 1:
-        design = pd.crosstab(data["method"], data["path"])
+        design = pd.crosstab(data["method"], data["rounding_path"])
         lines += ["", "**The design**: runs per method and rounding path (P1..P%d as above)." % len(counts), "",
                   "| method | " + " | ".join(f"P{i + 1}" for i in range(len(counts))) + " |",
                   "| --- |" + " --- |" * len(counts)]
@@ -180,8 +180,8 @@ def measured_path_lines(data: pd.DataFrame) -> list:
     """How the rounding paths were measured (reader.measured_paths), from the model's runs: the
     recorded paths found to round alike and the groups of bit-identical runs that join them."""
     same = ["seed", "N", "trajectory", "y"]
-    joined = data.groupby(same).filter(lambda g: g["processor"].nunique() > 1)
-    found = joined.groupby(same)["path"].first().value_counts()
+    joined = data.groupby(same).filter(lambda g: g["recorded_path"].nunique() > 1)
+    found = joined.groupby(same)["rounding_path"].first().value_counts()
     if found.empty:
         return []
     return ["", "**Rounding paths, measured**: recorded paths (processor kind, threads, matmul) whose runs "
@@ -198,10 +198,10 @@ def confounding_lines(data: pd.DataFrame, name) -> list:
     refs = [r for r in stats.REFERENCES if r in set(data["method"])]
     if not refs:
         return []
-    block = lambda d: set(zip(d["seed"], d["N"], d["path"]))
+    block = lambda d: set(zip(d["seed"], d["N"], d["rounding_path"]))
     with_all = set.intersection(*(block(data[data["method"] == r]) for r in refs))
     others = data[~data["method"].isin(refs)]
-    inside = [(s, n, p) in with_all for s, n, p in zip(others["seed"], others["N"], others["path"])]
+    inside = [(s, n, p) in with_all for s, n, p in zip(others["seed"], others["N"], others["rounding_path"])]
     shares = others.assign(inside=inside).groupby("method")["inside"].mean()
     none = [m for m, v in shares.items() if v == 0]
     return ["", f"**What the paths confound**: {sum(inside)} of the other rows' {len(others)} runs share their "
@@ -223,8 +223,8 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
              + " + error, the path" + (" and the seed" if result["seed"].get("fitted") else "")
              + " fixed with sum-to-zero coding"
              + (" (each seed's block ran on one rounding path: its shift holds the path's, so the path "
-                "has no term of its own)" if result["seed"].get("fitted") and not result["path"]["effects"]
-                and data["path"].nunique() > 1 else "") + ", "
+                "has no term of its own)" if result["seed"].get("fitted") and not result["rounding_path"]["effects"]
+                and data["rounding_path"].nunique() > 1 else "") + ", "
              "error SD per N: " + ", ".join(f"N = {n}: {s:.2f}" for n, s in sigma.items())
              + f"; {result['n_runs']} runs"
              + (f" ({result['n_fitted']} fitted: a copy counts once, below)" if result["n_fitted"] < result["n_runs"] else "")
@@ -264,7 +264,7 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
             f"{100 * v['beyond_2']:.1f}% beyond 2, Shapiro-Wilk p {v['shapiro_p']:.2g}"
             for n, v in checks["residuals"].items()) + ".")
     on_policy = data[data["N"] == 0]
-    distinct = on_policy.groupby(["seed", "path", "y", "trajectory"]).ngroups
+    distinct = on_policy.groupby(["seed", "rounding_path", "y", "trajectory"]).ngroups
     if distinct < len(on_policy):
         shared = result["shared"]
         left = len(on_policy) - distinct - (result["n_runs"] - result["n_fitted"])
@@ -297,7 +297,7 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                  "the tiers put above to the count less those they put below (simultaneous 95%: every "
                  "true rank inside at once unless a pair is split wrongly). Cells are mean (min-max) over "
                  "seeds of the runs themselves, in %.")
-    lines += seed_lines(result["seed"]) + path_design_lines(result["path"], data, order, name)
+    lines += seed_lines(result["seed"]) + path_design_lines(result["rounding_path"], data, order, name)
     anchors = [m for m in ANCHORS if all((m, n) in result["cell"] for n in delays)]
     if anchors:
         lines += ["", "**The anchors' cells** (the four corrections published with a staleness claim; "
@@ -527,7 +527,7 @@ def direction_lines(runs: list, final: dict, bands: list, delays: list) -> list:
     diffs = []
     arm = lambda band, direction_: f"[{band[0]:g}, {band[1]:g}] {direction_}"
     data = pd.DataFrame([{"method": arm(*direction_arm(r)), "N": r["delay"], "seed": r["seed"],
-                          "path": rounding_path(r), "y": 100 * final_mean(r)} for r in runs])
+                          "rounding_path": recorded_path(r), "y": 100 * final_mean(r)} for r in runs])
     fit, sigma = stats.fit_cells(data)
     family = {(band, d): {(arm(band, "harmful"), d): 1, (arm(band, "both"), d): -1} for band in bands
               for d in delays if final.get((band, "both", d)) and final.get((band, "harmful", d))}
@@ -544,7 +544,7 @@ def direction_lines(runs: list, final: dict, bands: list, delays: list) -> list:
               + f"; {fit.df_resid:.0f} residual degrees of freedom, each difference's t on Satterthwaite's "
               "from its N's SD"
               + ("; each N ran on one processor kind, so the cells absorb it" if
-                 data.groupby("N")["path"].nunique().max() == 1 else "; the rounding path a fixed factor")
+                 data.groupby("N")["rounding_path"].nunique().max() == 1 else "; the rounding path a fixed factor")
               + f"), Holm's adjustment over the {len(tested)} differences (family-wise 5%)."]
     return diffs
 
@@ -628,10 +628,12 @@ def verdict_lines(one_way: dict, other_way: dict, lrs: tuple, name) -> list:
             f"over the two: family-wise 5%): {word}. " + "; ".join(parts) + "."]
 
 
-def preregistered_drift_lines(one_way: dict, other_way: dict, lrs: tuple, excluded: list, name) -> list:
+def preregistered_drift_lines(one_way: dict, other_way: dict, lrs: tuple, excluded: list, name,
+                              draws: int = stats.DRIFT_DRAWS, head: str = "**The preregistered test**") -> list:
     """The drift test as lab/docs/preregistration.md (section 2) fixed it: stats.drift_bootstrap in
     both directions (fitted at lrs[0] predicting lrs[1], and back), each a family of its methods
-    (Holm) at ALPHA / 2, Bonferroni over the two; the rows at the floor excluded."""
+    (Holm) at ALPHA / 2, Bonferroni over the two; the rows at the floor excluded. `draws` and
+    `head`: the same test at another number of draws (an added analysis)."""
     level = stats.ALPHA / 2
     if not (one_way and other_way):
         word = "not yet (a direction has no stale cell inside its fitted range)"
@@ -639,14 +641,18 @@ def preregistered_drift_lines(one_way: dict, other_way: dict, lrs: tuple, exclud
         word = "refuted" if any(v["p_holm"] < level for side in (one_way, other_way) for v in side.values()) else "not refuted"
     parts = []
     for (fit_lr, test_lr), side in zip((lrs, lrs[::-1]), (one_way, other_way)):
+        if not side:
+            parts.append(f"{'f' if parts else 'F'}itted at lr {fit_lr:g}, predicting lr {test_lr:g}: no stale cell "
+                         "inside its fitted range")
+            continue
         failed = sorted(((m, v) for m, v in side.items() if v["p_holm"] < level), key=lambda t: -abs(t[1]["error"]))
         smallest = min((2 / (v["draws"] + 1) * len(side) for v in side.values()), default=math.nan)
         parts.append(f"{'f' if parts else 'F'}itted at lr {fit_lr:g}, predicting lr {test_lr:g}: {len(side)} methods, refuted after Holm: "
                      + (", ".join(f"{name(m)} {signed(v['error'])} (bootstrap SE {v['se']:.1f}, Holm p {v['p_holm']:.2g})"
                                   for m, v in failed) or "none")
                      + f" (the smallest Holm p its draws allow: {smallest:.2g})")
-    return ["", f"**The preregistered test** (lab/docs/preregistration.md, section 2: the inside-only errors, "
-            f"a bootstrap over seeds with every run of a drawn seed at both step sizes, {stats.DRIFT_DRAWS} draws, "
+    return ["", f"{head} (lab/docs/preregistration.md, section 2: the inside-only errors, "
+            f"a bootstrap over seeds with every run of a drawn seed at both step sizes, {draws} draws, "
             f"Holm over the methods of a direction at {100 * level:g}%, Bonferroni over the two; excluded at the "
             f"floor, below {stats.DRIFT_FLOOR:g}% at every stale cell at both steps: "
             + (", ".join(name(m) for m in excluded) or "none") + f"): {word}. " + "; ".join(parts) + "."]
@@ -743,7 +749,7 @@ def regime_lines(frames: list, name) -> list:
              f"{MILD_DROP:g}):", "", "| lr | " + " | ".join(name(m) for m in shown) + " | mild |",
              "| --- |" + " --- |" * (len(shown) + 1)]
     for d in frames:
-        own = d[d["method"].isin(REGIME_ROWS) & d["N"].isin([0, 8])].assign(path="one")
+        own = d[d["method"].isin(REGIME_ROWS) & d["N"].isin([0, 8])].assign(rounding_path="one")
         have = [m for m in REGIME_ROWS if {0, 8} <= set(own.loc[own["method"] == m, "N"])]
         own = own[own["method"].isin(have)]
         try:

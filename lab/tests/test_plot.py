@@ -414,7 +414,7 @@ def test_the_statistics_refuse_to_pool_settings_or_designs(tmp_path):
     the key; a table whose runs differ in a training setting (lr) is refused, naming it."""
     import pandas as pd
     from lab import stats
-    data = pd.DataFrame([{"method": "grpo_tis", "N": n, "seed": s, "path": "P1", "y": 40.0 + s,
+    data = pd.DataFrame([{"method": "grpo_tis", "N": n, "seed": s, "rounding_path": "P1", "y": 40.0 + s,
                           "trajectory": f"{n}{s}", "settings": json.dumps({"tis_cap": 2.0 if s else 5.0})}
                          for n in (0, 8, 32, 128) for s in (0, 1)])
     with pytest.raises(ValueError, match="differ in tis_cap"):
@@ -472,7 +472,7 @@ def test_what_the_paths_confound_is_counted_per_block():
     import pandas as pd
     rows = [(m, 8, s, "P") for m in ("grpo_tis", "grpo", "grpo_grpo_anchor-behavior") for s in (0, 1)]
     rows += [("a", 8, 0, "P"), ("a", 8, 1, "P"), ("b", 8, 0, "Q"), ("b", 8, 1, "Q")]
-    data = pd.DataFrame(rows, columns=["method", "N", "seed", "path"])
+    data = pd.DataFrame(rows, columns=["method", "N", "seed", "rounding_path"])
     line = report.confounding_lines(data, str.upper)[1]
     assert "2 of the other rows' 4 runs share" in line and line.endswith("Rows with no run inside such a block: B.")
 

@@ -12,7 +12,7 @@ DELAYS = (0, 8, 32, 128)
 
 
 def _frame(rows):
-    return pd.DataFrame(rows, columns=["method", "N", "seed", "path", "y"])
+    return pd.DataFrame(rows, columns=["method", "N", "seed", "rounding_path", "y"])
 
 
 def test_balanced_cells_give_the_cell_means_and_the_pooled_sd_per_n():
@@ -240,14 +240,14 @@ def test_the_seed_stays_in_the_model_whatever_its_test_says():
     assert r["seed"]["fitted"] and not r["seed"]["per_n"]["fitted"] and r["seed"]["per_n"]["F"] is None
     assert r["seed"]["effects"][3][0] == pytest.approx(-4, abs=1e-9) and r["df"] == 30 - 8 - 3
     alone = _shifted_rows((6, -2, 0, -4))
-    alone = alone.assign(path=np.where(alone["seed"] == 3, "Q", "P"))  # seed 3 ran on Q alone
+    alone = alone.assign(rounding_path=np.where(alone["seed"] == 3, "Q", "P"))  # seed 3 ran on Q alone
     r = stats.fit_leaderboard(alone)
-    assert r["seed"]["fitted"] and r["seed"]["per_n"]["fitted"] and r["path"]["effects"] == {}
+    assert r["seed"]["fitted"] and r["seed"]["per_n"]["fitted"] and r["rounding_path"]["effects"] == {}
     assert r["seed"]["effects"][3][0] == pytest.approx(-4, abs=1e-9) and r["df"] == 32 - 8 - 3 - 9
-    split = alone.assign(path=np.where((alone["seed"] == 3) & (alone["method"] == "a"), "Q", "P"))
-    split.loc[(split["seed"] == 2) & (split["method"] == "b"), "path"] = "Q"  # Q: seed 3's a, seed 2's b
+    split = alone.assign(rounding_path=np.where((alone["seed"] == 3) & (alone["method"] == "a"), "Q", "P"))
+    split.loc[(split["seed"] == 2) & (split["method"] == "b"), "rounding_path"] = "Q"  # Q: seed 3's a, seed 2's b
     r = stats.fit_leaderboard(split)
-    assert r["path"]["effects"] and r["seed"]["fitted"]  # the path varies within seeds: its own term
+    assert r["rounding_path"]["effects"] and r["seed"]["fitted"]  # the path varies within seeds: its own term
 
 
 def test_the_rounding_path_factor_undoes_a_confounded_design():
@@ -270,7 +270,7 @@ def test_the_rounding_path_factor_undoes_a_confounded_design():
     r = stats.fit_leaderboard(data)
     diff, half, p = r["vs"]["grpo_tis"]["b"]
     assert diff == pytest.approx(10, abs=0.3) and p < 0.001
-    effects = r["path"]["effects"]
+    effects = r["rounding_path"]["effects"]
     assert effects["Q"][0] - effects["P"][0] == pytest.approx(6, abs=0.3)
     # a family of one difference: the max-|t| critical value is the t quantile (Monte Carlo)
     assert r["vs_family"] == 1
@@ -496,7 +496,7 @@ def test_model_checks_find_a_processor_that_moves_one_row_only():
     def rows(shift_b):
         data = _shifted_rows((0, 0, 0, 0))
         q = data["seed"] >= 2
-        data.loc[q, "path"] = "Q"
+        data.loc[q, "rounding_path"] = "Q"
         data.loc[q, "y"] += np.where(data.loc[q, "method"] == "a", 10.0, shift_b)
         return data
     alike = stats.model_checks(stats.fit_leaderboard(rows(10.0)))["path_by_method"]
@@ -568,7 +568,7 @@ def test_copies_at_n0_share_one_cell_and_count_once():
         for k, n in enumerate(DELAYS[1:]):
             rows += [(m, n, s, "P", base - 3 * k + wobble[(s + j) % 3], f"{m}{n}{s}")
                      for j, (m, base) in enumerate((("a", 40), ("b", 30), ("c", 20)))]
-    data = pd.DataFrame(rows, columns=["method", "N", "seed", "path", "y", "trajectory"])
+    data = pd.DataFrame(rows, columns=["method", "N", "seed", "rounding_path", "y", "trajectory"])
     r = stats.fit_leaderboard(data)
     assert r["shared"] == {"a = b": 3} and (r["n_runs"], r["n_fitted"]) == (36, 33)
     alone = stats.fit_leaderboard(data[~((data["method"] == "b") & (data["N"] == 0))])
