@@ -379,7 +379,7 @@ def method_style(name: str, names: list) -> tuple:
 def leaderboard(root: str, out: str, at_delay: int = 32, frameworks: str = None, lag_map: str = None,
                 **_) -> None:
     """Every objective against N, in tiers, from one pooled model of every run's final accuracy
-    (stats.fit_leaderboard). Per method: tier letters, the staleness score with its interval, its
+    (stats.fit_leaderboard). Per method: tier letters, the stale accuracy with its interval, its
     rank interval, its drop from N = 0, its differences to the references with simultaneous
     intervals, seeds per N, final mean@k per N as mean (min-max) over seeds, and at N = at_delay
     K3, is_chi2_token and is_masked_frac over the last 10% of updates (blank where an objective
@@ -411,7 +411,7 @@ def leaderboard(root: str, out: str, at_delay: int = 32, frameworks: str = None,
     fig = ranking_view(ranked, cells, result, delays, order, runs)
     per_cell = sorted({len(v) for c in cells.values() for v in c.values() if v})
     seeds = seeds_note(runs) + (f", {per_cell[0]}-{per_cell[-1]} per cell" if len(per_cell) > 1 else "")
-    finish(fig, fig.axes[:1], out, f"Leaderboard: tiers, staleness score and final mean accuracy (%) "
+    finish(fig, fig.axes[:1], out, f"Leaderboard: tiers, stale accuracy and final mean accuracy (%) "
                                    f"per N ({seeds}); diagnostics over the last 10% of updates",
            lines, runs)
     k3_view(groups, order, os.path.splitext(out)[0] + "_k3.png")
@@ -448,7 +448,7 @@ def cells_only(cells: dict, order: list, delays: list, out: str, runs: list) -> 
 
 
 def ranking_view(ranked: list, cells: dict, result: dict, delays: list, order: list, runs: list):
-    """The leaderboard's figure, rows in rank order. Left: each method's staleness score with
+    """The leaderboard's figure, rows in rank order. Left: each method's stale accuracy with
     its 95% interval from the model, each seed's own score as a dot, its tier letters at the
     right; the base model's accuracy and GRPO+TIS's score as lines; a row without a score shows
     the mean of the cells it has, hollow. Right: the mean final accuracy of every cell (method x
@@ -481,7 +481,7 @@ def ranking_view(ranked: list, cells: dict, result: dict, delays: list, order: l
     ax.set_yticks(list(ys), [method_style(n, order)[0] for n in ranked], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(-5, 85)
-    ax.set_xlabel(f"staleness score (%): mean over N = {', '.join(map(str, stats.STALE_DELAYS))}, "
+    ax.set_xlabel(f"stale accuracy (%): mean over N = {', '.join(map(str, stats.STALE_DELAYS))}, "
                   f"95% interval (pooled model); tiers, rank interval")
     grid = [[100 * mean(list(cells[n][d].values())) if cells[n][d] else float("nan") for d in delays]
             for n in ranked]

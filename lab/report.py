@@ -256,8 +256,8 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
     inter = checks["path_by_method"]
     lines.append("The model's form: " + (
         f"a shift per method and rounding path on top of the one per path, F = {inter['F']:.2f} on "
-        f"{inter['df']} df, p = {inter['p']:.2g} (a small p: the kinds move the rows "
-        f"unlike, against the model's one shift per kind); "
+        f"{inter['df']} df, p = {inter['p']:.2g} (a small p: the paths move the rows "
+        f"unlike, against the model's one shift per path); "
         if inter else "") + "standardized residuals per N (Normal: skew 0, excess kurtosis 0, 4.6% "
         "beyond 2 SD): " + "; ".join(
             f"N = {n}: {v['runs']} runs, skew {v['skew']:+.2f}, excess kurtosis {v['excess_kurtosis']:+.2f}, "
@@ -277,12 +277,12 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                      + "." + (f" {left} copies of methods that differ at some other seed (two computations "
                               "that coincide there) still count twice." if left else ""))
     if not result["methods"]:
-        return lines + ["", "No method has runs at every N of the staleness score yet (N = "
+        return lines + ["", "No method has runs at every N of the stale accuracy yet (N = "
                         + ", ".join(map(str, stats.STALE_DELAYS)) + "): scores, tiers, the "
                         "comparisons and the seeds they need come when one does. Cells are mean "
                         "(min-max) over seeds of the runs themselves, in %."]
     (df_lo, df_hi), (crit_hi, crit_lo) = result.get("vs_df", (math.nan,) * 2), result.get("vs_critical", (math.nan,) * 2)
-    lines.append("Staleness score: the model's mean over N = " + ", ".join(map(str, stats.STALE_DELAYS))
+    lines.append("Stale accuracy: the model's mean over N = " + ", ".join(map(str, stats.STALE_DELAYS))
                  + " at the method's own runs (their rounding paths and seeds: the mean of its own final "
                  "accuracies, so on the accuracy scale), 95% t interval (for these seeds: a shift that another set "
                  "of seeds would give every row alike is not in it; the seed's SD is below); drop: score minus the same "
@@ -420,7 +420,7 @@ def row_summary(table: str, key: str) -> list:
 
 
 def short_table(result: dict, ranked: list, cells: dict, delays: list, name) -> list:
-    """The leaderboard on one screen: per row its tier, rank interval, staleness score with its
+    """The leaderboard on one screen: per row its tier, rank interval, stale accuracy with its
     95% interval, drop from N = 0, and its mean final accuracy per N (over seeds, %)."""
     lines = ["| row | tier | rank (95%) | score (95%) | drop from N=0 | " + " / ".join(f"N={d}" for d in delays)
              + " |", "| --- | --- | --- | --- | --- | --- |"]
@@ -447,11 +447,11 @@ def ladder_n(bound, delays: list):
 def lag_map_lines(frameworks: list, result: dict, cells: dict, delays: list) -> list:
     """The lag map: per framework and row (lab/docs/frameworks.yaml) its staleness knob, the lag a
     batch has under it, the nearest way to hold it exactly, its row, and the leaderboard at the
-    ladder's N for its lag bound and at four times that N: the row's tier and staleness score
+    ladder's N for its lag bound and at four times that N: the row's tier and stale accuracy
     (the pooled model's, as the leaderboard table prints them) and its final accuracy per N
     (mean (min-max) over seeds, as there)."""
     lines = ["| framework | staleness knob (default) | lag a batch has | held exactly by | row | tier | "
-             "staleness score (95%) | at its lag's N | at 4x that N |",
+             "stale accuracy (95%) | at its lag's N | at 4x that N |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for fw in frameworks:
         first = ladder_n(fw["bound"], delays)
@@ -472,7 +472,7 @@ def lag_map_lines(frameworks: list, result: dict, cells: dict, delays: list) -> 
 def leaderboard_lines(result: dict, ranked: list, cells: dict, groups: dict, delays: list, at_delay: int,
                       runs: list, data: pd.DataFrame) -> list:
     """The leaderboard's table from its fit (stats.fit_leaderboard's `result`), rows in `ranked`
-    order: per method its tier letters, staleness score, rank interval, drop from N = 0,
+    order: per method its tier letters, stale accuracy, rank interval, drop from N = 0,
     differences to the references (simultaneous 95%), seeds per N, final mean@k per N (`cells`:
     {method: {N: {seed: final}}}) and the diagnostics LEADERBOARD_AT at N = at_delay over the last
     10% of updates (`groups`: {(method, N): runs}); under it the tiers, both analyses, the base
@@ -481,7 +481,7 @@ def leaderboard_lines(result: dict, ranked: list, cells: dict, groups: dict, del
     score = result["score"]
     refs = list(result["vs"])
     at = f"N={at_delay}"
-    lines = ["| tier | method | staleness score (95%) | rank (95%) | drop from N=0 (95%) | "
+    lines = ["| tier | method | stale accuracy (95%) | rank (95%) | drop from N=0 (95%) | "
              + "".join(f"vs {row_label(r)} (simultaneous 95%) | " for r in refs)
              + "seeds per N | " + " | ".join(f"N={d}" for d in delays) + " | "
              + " | ".join(f"{title} at {at}" for _, _, title in LEADERBOARD_AT) + " |",
@@ -688,7 +688,7 @@ def tier_lines(runs: dict, order: list, name) -> list:
     """Does a row's tier belong to the method or to the step size? Each step size's leaderboard
     model (stats.fit_leaderboard) fitted to the runs of the rows both step sizes ran (`order`),
     so that both tiers are drawn among the same rows: per row and lr the tier letters, the rank
-    interval, the staleness score and the difference to GRPO+TIS (simultaneous 95%); a row
+    interval, the stale accuracy and the difference to GRPO+TIS (simultaneous 95%); a row
     changes when its top-tier membership or its standing against GRPO+TIS differs."""
     results = {}
     for folder, rs in runs.items():  # the N of each step size's leaderboard: its score's and N = 0

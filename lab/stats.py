@@ -1,5 +1,5 @@
 """The leaderboard's statistics: one pooled linear model of every run's final accuracy, and from it
-each method's staleness score with an interval, its differences to the reference rows with
+each method's stale accuracy with an interval, its differences to the reference rows with
 simultaneous intervals, tiers, rank intervals and the seeds a comparison needs.
 
 The model (statsmodels WLS, feasible GLS), one row r per run, y in percentage points:
@@ -117,7 +117,7 @@ import statsmodels.formula.api as smf
 from statsmodels.stats.multitest import multipletests
 from statsmodels.tools.sm_exceptions import SingularMatrixWarning
 
-STALE_DELAYS = (8, 32, 128)  # the staleness score: mean final accuracy over these N
+STALE_DELAYS = (8, 32, 128)  # the stale accuracy: mean final accuracy over these N
 REFERENCES = ("grpo_tis", "grpo", "grpo_grpo_anchor-behavior")  # the named rows every method is set against
 ALPHA = 0.05  # family-wise error rate of the tiers and of the reference intervals
 POWER = 0.8  # the power the seed counts aim for

@@ -98,7 +98,7 @@ def test_leaderboard_table_from_the_pooled_model(tmp_path):
     plot.main(["leaderboard", str(runs), "--out", out])
     assert os.path.getsize(out) > 10_000 and os.path.getsize(str(tmp_path / "leaderboard_k3.png")) > 10_000
     table = _table(out)
-    assert ("| tier | method | staleness score (95%) | rank (95%) | drop from N=0 (95%) | "
+    assert ("| tier | method | stale accuracy (95%) | rank (95%) | drop from N=0 (95%) | "
             "vs GRPO+TIS (simultaneous 95%) | vs PPO vs sampler (GRPO, behavior anchor) (simultaneous 95%) | "
             "seeds per N | N=0 | N=8 | N=32 | N=128 | K3 x1e-3 at N=32 | is_chi2_token at N=32 | "
             "is_masked_frac (%) at N=32 |") in table
@@ -461,7 +461,7 @@ def test_make_row_names_the_row_and_reads_its_line(tmp_path):
     out = str(tmp_path / "leaderboard.png")
     plot.main(["leaderboard", str(runs), "--out", out])
     lines = report.row_summary(str(tmp_path / "leaderboard.md"), "m2po")
-    assert lines[0].startswith("M2PO (m2po), from") and "  staleness score (95%): 50.5 ± " in "\n".join(lines)
+    assert lines[0].startswith("M2PO (m2po), from") and "  stale accuracy (95%): 50.5 ± " in "\n".join(lines)
     assert "has no line" in report.row_summary(str(tmp_path / "leaderboard.md"), "grpo_tis_tis_cap-5.0")[0]
 
 

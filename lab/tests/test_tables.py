@@ -350,8 +350,8 @@ def test_the_newest_readings_at_the_second_step_hold_in_the_generated_table():
     both and above GRPO, its gate rejecting more than half of the responses at N = 32; OAPL at
     0% at every N > 0 in every seed (a cell's last number is its largest seed)."""
     text, rows = leaderboard_rows("leaderboard_lr5e-5_toy.md")
-    score = lambda m: float(rows[m]["staleness score (95%)"].split(" ± ")[0])
-    scored = [m for m in rows if rows[m]["staleness score (95%)"]]  # rows still landing have none yet
+    score = lambda m: float(rows[m]["stale accuracy (95%)"].split(" ± ")[0])
+    scored = [m for m in rows if rows[m]["stale accuracy (95%)"]]  # rows still landing have none yet
     top = set(rows[max(scored, key=score)]["tier"])
     level = lambda cell: not above(cell) and not below(cell)
     for m in ("TRM", "DPPO-KL", "REC-OneSide-NoIS", "AsymRE", "BAPO"):
@@ -397,7 +397,7 @@ def test_the_lag_map_reads_the_leaderboard_for_each_frameworks_row():
         row = table[label]
         first = report.ladder_n(fw["bound"], [0, 8, 32, 128])
         later = report.ladder_n(4 * first, [0, 8, 32, 128]) if first else None
-        assert cells[5:7] == [row["tier"], row["staleness score (95%)"]], key
+        assert cells[5:7] == [row["tier"], row["stale accuracy (95%)"]], key
         # a row part-way up the ladder: the cells it has so far, blanks for the rest
         assert cells[7] == (f"N={first}: {row[f'N={first}']}" if row[f"N={first}"] else ""), key
         assert cells[8] == (f"N={later}: {row[f'N={later}']}" if later and row[f"N={later}"] else ""), key
