@@ -250,20 +250,29 @@ def test_the_seed_stays_in_the_model_whatever_its_test_says():
     assert r["rounding_path"]["effects"] and r["seed"]["fitted"]  # the path varies within seeds: its own term
 
 
-def test_the_rounding_path_factor_undoes_a_confounded_design():
-    """Method 'b' ran only on path Q for seeds 0-1, 'grpo_tis' on both paths at every seed; path
-    Q adds +6 points to every run. The raw mean credits 'b' with part of Q's +6; the model
-    recovers b - grpo_tis = 10 (+- the noise) and Q - P = 6."""
-    noise = [0.03, -0.02, 0.01, -0.04, 0.025, -0.005]
+NOISE = [0.03, -0.02, 0.01, -0.04, 0.025, -0.005]
+
+
+def _reference_on_two_paths(other) -> list:
+    """Rows of grpo_tis at 20 on paths P and Q (Q adds +6), seeds 0-2 x DELAYS, with a little
+    noise, and after each (N, seed) the row other(N, seed, k) (k: a running count for the noise)."""
     rows, k = [], 0
     for seed in range(3):
         for n in DELAYS:
             for path in ("P", "Q"):
-                rows.append(("grpo_tis", n, seed, path, 20 + 6 * (path == "Q") + noise[k % 6]))
+                rows.append(("grpo_tis", n, seed, path, 20 + 6 * (path == "Q") + NOISE[k % 6]))
                 k += 1
-            path = "Q" if seed < 2 else "P"
-            rows.append(("b", n, seed, path, 30 + 6 * (path == "Q") + noise[k % 6]))
+            rows.append(other(n, seed, k))
             k += 1
+    return rows
+
+
+def test_the_rounding_path_factor_undoes_a_confounded_design():
+    """Method 'b' ran only on path Q for seeds 0-1, 'grpo_tis' on both paths at every seed; path
+    Q adds +6 points to every run. The raw mean credits 'b' with part of Q's +6; the model
+    recovers b - grpo_tis = 10 (+- the noise) and Q - P = 6."""
+    rows = _reference_on_two_paths(lambda n, seed, k: ("b", n, seed, "Q" if seed < 2 else "P",
+                                                      30 + 6 * (seed < 2) + NOISE[k % 6]))
     data = _frame(rows)
     raw = data[data.method == "b"].y.mean() - data[data.method == "grpo_tis"].y.mean()
     assert raw == pytest.approx(10 + 6 * (2 / 3 - 1 / 2), abs=0.3)  # biased by the design
@@ -539,14 +548,7 @@ def test_a_score_is_shown_at_the_methods_own_runs_and_compared_at_the_average_pa
     reference (run on P and Q alike): path effects P -3, Q +3. At the average path z's score is
     -3, off the accuracy scale; shown, it is the mean of its own runs, 0, and its drop the same
     less its own N = 0 runs (41). The comparison stays at the average path: z - grpo_tis = -3 - 23."""
-    noise = [0.03, -0.02, 0.01, -0.04, 0.025, -0.005]
-    rows, k = [], 0
-    for seed in range(3):
-        for n in DELAYS:
-            for path in ("P", "Q"):
-                rows.append(("grpo_tis", n, seed, path, 20 + 6 * (path == "Q") + noise[k % 6]))
-                k += 1
-            rows.append(("z", n, seed, "Q", 41.0 if n == 0 else 0.0))
+    rows = _reference_on_two_paths(lambda n, seed, k: ("z", n, seed, "Q", 41.0 if n == 0 else 0.0))
     r = stats.fit_leaderboard(_frame(rows))
     assert r["score_at_average"]["z"][0] == pytest.approx(-3, abs=0.05)
     assert r["score"]["z"][0] == pytest.approx(0, abs=1e-9)
