@@ -294,6 +294,35 @@ def test_the_preregistered_drift_reading_holds_in_the_generated_table():
     assert set(sorted(more_2e4, key=lambda m: -abs(more_2e4[m]))[:3]) <= gated
 
 
+def test_at_matched_drift_the_gated_rows_lose_more_at_the_larger_step():
+    """lab/docs/leaderboard-studies.md: at the K3 of lr 5e-5's stale cells, GRPO+TIS, GRPO+seq-TIS
+    and FlashREINFORCE at lr 2e-4 lose more from their own N = 0 (every lr 5e-5 stale cell
+    against the lr 2e-4 cell nearest in K3, within a factor 2), by more than 10 points at the
+    larger K3, and IcePop (Ring-1T) loses less. From the first table of lab/figures/drift_toy.md."""
+    with open(os.path.join(FIGURES, "drift_toy.md")) as f:
+        table = f.read().split("\n\n")[1]
+    cells = {}
+    for row in table.splitlines()[2:]:
+        parts = [c.strip() for c in row.strip("|").split("|")]
+        found = [re.match(r"([\d.]+) \(([\d.e+-]+)\)", c) for c in parts[2:]]
+        values = [(float(m.group(1)), float(m.group(2))) for m in found if m]
+        cells[(parts[0], parts[1])] = (values[0][0], values[1:])  # (N = 0, [(final, K3) of stale cells])
+
+    def losses_at_matched_drift(row):
+        base_hi, hi = cells[(row, "0.0002")]
+        base_lo, lo = cells[(row, "5e-05")]
+        out = []
+        for final, k3 in lo:
+            near = min(hi, key=lambda c: abs(math.log(c[1] / k3)))
+            if abs(math.log(near[1] / k3)) < math.log(2):
+                out.append((near[0] - base_hi) - (final - base_lo))
+        return out
+    for row in ("GRPO+TIS", "GRPO+seq-TIS", "FlashREINFORCE"):
+        more = losses_at_matched_drift(row)
+        assert more and all(d < 0 for d in more) and min(more) < -10
+    assert all(d > 0 for d in losses_at_matched_drift("IcePop (Ring-1T)"))
+
+
 def smaller_step_rows(text):
     """{method: its cells} of a drift file's "Tiers at both step sizes" (cells[6] the smaller step's
     tier, cells[8] its score, cells[9] its difference to GRPO+TIS)."""
