@@ -282,6 +282,22 @@ def trajectory(run: dict) -> str:
     return json.dumps(rewards) if len(rewards) > 1 else run["name"]
 
 
+def connected(items, links) -> dict:
+    """{item: the sorted tuple of the items that `links` ((a, b) pairs) join it to, itself
+    included}: the groups of `items` that the links connect."""
+    parent = {i: i for i in items}
+    def root(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+    for a, b in links:
+        parent[root(b)] = root(a)
+    members = defaultdict(list)
+    for i in sorted(parent):
+        members[root(i)].append(i)
+    return {i: tuple(members[root(i)]) for i in parent}
+
+
 def measured_paths(runs: list) -> tuple:
     """({recorded_path: the rounding path as measured}, {measured path: its evidence}). Two
     recorded paths (processor kind, threads, matmul) whose runs of one seed and N log the same
@@ -289,28 +305,13 @@ def measured_paths(runs: list) -> tuple:
     computation on-policy, each run on its own machine) round alike: they are one path, named by
     its members joined by " = ". Evidence: how many (seed, N, trajectory, final) groups join its
     members (0 for a path of one)."""
-    parent = {}
-    def root(p):
-        while parent.setdefault(p, p) != p:
-            p = parent[p]
-        return p
     groups = defaultdict(set)
     for r in runs:
-        recorded = recorded_path(r)
-        root(recorded)
-        groups[(r["seed"], r["delay"], trajectory(r), final_mean(r))].add(recorded)
-    joins = []
-    for together in groups.values():
-        first, *rest = sorted(together)
-        for p in rest:
-            parent[root(p)] = root(first)
-        if rest:
-            joins.append(first)
-    members = defaultdict(list)
-    for p in sorted(parent):
-        members[root(p)].append(p)
-    named = {p: " = ".join(members[root(p)]) for p in parent}
-    evidence = Counter(named[p] for p in joins)
+        groups[(r["seed"], r["delay"], trajectory(r), final_mean(r))].add(recorded_path(r))
+    together = [sorted(g) for g in groups.values()]
+    named = {p: " = ".join(group) for p, group in
+             connected({p for g in together for p in g}, [(g[0], p) for g in together for p in g[1:]]).items()}
+    evidence = Counter(named[g[0]] for g in together if len(g) > 1)
     return named, {path: evidence[path] for path in sorted(set(named.values()))}
 
 

@@ -641,13 +641,13 @@ def preregistered_drift_lines(one_way: dict, other_way: dict, lrs: tuple, exclud
         word = "refuted" if any(v["p_holm"] < level for side in (one_way, other_way) for v in side.values()) else "not refuted"
     parts = []
     for (fit_lr, test_lr), side in zip((lrs, lrs[::-1]), (one_way, other_way)):
+        where = f"{'f' if parts else 'F'}itted at lr {fit_lr:g}, predicting lr {test_lr:g}: "
         if not side:
-            parts.append(f"{'f' if parts else 'F'}itted at lr {fit_lr:g}, predicting lr {test_lr:g}: no stale cell "
-                         "inside its fitted range")
+            parts.append(where + "no stale cell inside its fitted range")
             continue
         failed = sorted(((m, v) for m, v in side.items() if v["p_holm"] < level), key=lambda t: -abs(t[1]["error"]))
-        smallest = min((2 / (v["draws"] + 1) * len(side) for v in side.values()), default=math.nan)
-        parts.append(f"{'f' if parts else 'F'}itted at lr {fit_lr:g}, predicting lr {test_lr:g}: {len(side)} methods, refuted after Holm: "
+        smallest = min(2 / (v["draws"] + 1) * len(side) for v in side.values())
+        parts.append(where + f"{len(side)} methods, refuted after Holm: "
                      + (", ".join(f"{name(m)} {signed(v['error'])} (bootstrap SE {v['se']:.1f}, Holm p {v['p_holm']:.2g})"
                                   for m, v in failed) or "none")
                      + f" (the smallest Holm p its draws allow: {smallest:.2g})")

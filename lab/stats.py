@@ -104,7 +104,6 @@ carry, fitted at one step size and tested at another).
 import json
 import math
 import warnings
-from collections import defaultdict
 
 import numpy as np
 import pandas as pd
@@ -116,6 +115,8 @@ import statsmodels.api as sm
 import statsmodels.formula.api as smf
 from statsmodels.stats.multitest import multipletests
 from statsmodels.tools.sm_exceptions import SingularMatrixWarning
+
+from lab.reader import connected
 
 STALE_DELAYS = (8, 32, 128)  # the stale accuracy: mean final accuracy over these N
 REFERENCES = ("grpo_tis", "grpo", "grpo_grpo_anchor-behavior")  # the named rows every method is set against
@@ -417,22 +418,14 @@ def shared_copies(data: pd.DataFrame) -> tuple:
         return data, {}, dict(zip(data.index, data.index))
     on = data[data["N"] == 0]
     same = ["seed", "rounding_path", "trajectory", "y"]
-    parent = {m: m for m in on["method"].unique()}
-    def root(m):
-        while parent[m] != m:
-            m = parent[m]
-        return m
     runs_of = {m: dict(zip(zip(g["seed"], g["rounding_path"]), zip(g["trajectory"], g["y"]))) for m, g in on.groupby("method")}
+    links = []
     for _, g in on.groupby(same):
         first, *rest = sorted(g["method"].unique())
-        for m in rest:  # one identical run, and no run at a seed and path that differs
-            if all(runs_of[first].get(k, v) == v for k, v in runs_of[m].items()):
-                parent[root(m)] = root(first)
-    members = defaultdict(list)
-    for m in sorted(parent):
-        members[root(m)].append(m)
+        # one identical run, and no run at a seed and path that differs
+        links += [(first, m) for m in rest if all(runs_of[first].get(k, v) == v for k, v in runs_of[m].items())]
     cell_of = {}
-    for group in members.values():
+    for group in set(connected(on["method"].unique(), links).values()):
         runs = on[on["method"].isin(group)]
         if len(group) > 1 and (runs.groupby(["seed", "rounding_path"])[["trajectory", "y"]].nunique() == 1).all().all():
             cell_of.update({(m, 0): " = ".join(group) + "@0" for m in group})
@@ -478,21 +471,6 @@ def holm_contrasts(fit, contrasts: dict) -> dict:
             for (name, (e, se, df)), pv, ph in zip(out.items(), p, p_holm)}
 
 
-def _level_rows(fit, factor: str) -> tuple:
-    """(levels, A): A's row per level of a sum-to-zero factor gives that level's effect from the
-    parameters (the last level's is minus the others' sum); (None, None) without the term."""
-    names = list(fit.params.index)
-    idx = [i for i, n in enumerate(names) if n.startswith(f"C({factor}, Sum)")]
-    if not idx:
-        return None, None
-    levels = sorted(fit.model.data.frame[factor].unique())
-    a = np.zeros((len(levels), len(names)))
-    for row, i in enumerate(idx):
-        a[row, i] = 1
-        a[-1, i] = -1
-    return levels, a
-
-
 def own_design(fit, data: pd.DataFrame, method: str, weights: dict) -> tuple:
     """(sum over N of weights[N] x the mean of the model's predictions over `method`'s own runs
     at N, its 95% t half-width): a prediction at the method's own point of the design (the
@@ -509,14 +487,19 @@ def own_design(fit, data: pd.DataFrame, method: str, weights: dict) -> tuple:
 def _factor_effects(fit, factor: str, sigma: dict) -> tuple:
     """({level: (effect, 95% half-width)}, tau, F, p) of a sum-to-zero factor of the model
     ('rounding_path'); empty and None where the model has no such term."""
-    levels, a = _level_rows(fit, factor)
-    if levels is None:
+    names = list(fit.params.index)
+    idx = [i for i, n in enumerate(names) if n.startswith(f"C({factor}, Sum)")]
+    if not idx:
         return {}, None, None, None
-    idx = [i for i, n in enumerate(fit.params.index) if n.startswith(f"C({factor}, Sum)")]
+    levels = sorted(fit.model.data.frame[factor].unique())
+    a = np.zeros((len(levels), len(names)))  # level effects from the L - 1 parameters
+    for row, i in enumerate(idx):
+        a[row, i] = 1
+        a[-1, i] = -1
     effects, cov = a @ fit.params.to_numpy(), a @ fit.cov_params().to_numpy() @ a.T
     q = [scipy.stats.t.ppf(1 - ALPHA / 2, contrast_df(fit, row)) for row in a]
     table = {lvl: (float(e), float(q[i] * math.sqrt(cov[i, i]))) for i, (lvl, e) in enumerate(zip(levels, effects))}
-    test = fit.f_test(np.eye(len(fit.params))[idx])
+    test = fit.f_test(np.eye(len(names))[idx])
     f = float(np.squeeze(test.fvalue))
     return table, _moment_sd(f, fit.model.data.frame[factor], sigma), f, float(test.pvalue)
 
@@ -890,11 +873,10 @@ def drift_bootstrap(fit_runs: pd.DataFrame, test_runs: pd.DataFrame, draws: int 
     the methods (each direction is one family). Returns {method: {error, se (the draws' SD), p,
     p_holm, draws (those with an inside cell)}}. `counts`: the draws given instead, (draws,
     seeds) copies of each seed of the sorted union (a row of ones is the data itself)."""
-    base = drift_prediction(fit_runs, test_runs)["inside"]["methods"]
+    pred = drift_prediction(fit_runs, test_runs)
+    base, fit_sd = pred["inside"]["methods"], pred["fit_sd"]  # its errors, and the weights its line takes
     if not base:
         return {}
-    fitted = [m for m, g in fit_runs.groupby("method") if (g["N"] == 0).any() and g.loc[g["N"] > 0, "N"].nunique() >= 2]
-    fit_sd = within_cell_sd(fit_runs[fit_runs["method"].isin(fitted)])  # drift_prediction's weights
     largest = max(fit_sd.values(), default=1.0)
     seeds = sorted(set(fit_runs["seed"]) | set(test_runs["seed"]))
     index = {s: i for i, s in enumerate(seeds)}
@@ -917,8 +899,8 @@ def drift_bootstrap(fit_runs: pd.DataFrame, test_runs: pd.DataFrame, draws: int 
         line = np.full((draws, 3), np.nan)
         xtwy = np.einsum("dn,ni,n->di", w[ok], design, tr["y"].to_numpy(float))
         line[ok] = np.linalg.solve(xtwx[ok], xtwy[..., None])[..., 0]
-        seen = np.where((w > 0) & (stale > 0), x_tr, np.nan)
-        lo, hi = np.nanmin(np.where(np.isnan(seen), np.inf, seen), 1), np.nanmax(np.where(np.isnan(seen), -np.inf, seen), 1)
+        seen = (w > 0) & (stale > 0)  # the stale runs a draw fits: the range of their drift
+        lo, hi = np.where(seen, x_tr, np.inf).min(1), np.where(seen, x_tr, -np.inf).max(1)
         f = counts[:, [index[s] for s in te["seed"]]]  # (draws, test runs)
         y, n_of, x_te = te["y"].to_numpy(float), te["N"].to_numpy(), np.where(te["N"] > 0, log_drift(te), 0.0)
         with np.errstate(invalid="ignore", divide="ignore"):
