@@ -103,7 +103,7 @@ row: .venv/ready
 	@test -n "$(LOSS)" || { echo 'usage: make row LOSS=name [ARGS="key=value ..."]'; exit 2; }
 	$(PY) sweep.py --row $(LOSS) $(ARGS) --jobs auto
 	$(MAKE) tables
-	$(PY) lab/plot.py row lab/figures/leaderboard_v3_toy.md --row $(LOSS) $(foreach a,$(ARGS),--set $(a))
+	$(PY) lab/plot.py row lab/figures/leaderboard_toy.md --row $(LOSS) $(foreach a,$(ARGS),--set $(a))
 
 # The frameworks' defaults on the ladder (lab/docs/frameworks.yaml: which trainer runs which row):
 # their objectives and the existing ones at a framework's settings, N in {0, 8, 32, 128}, seeds 0-9,
@@ -142,15 +142,15 @@ processors: .venv/ready
 	$(PY) sweep.py lab/sweeps/processor_intel_toy.yaml --jobs auto
 	$(MAKE) tables
 
-# Every table and figure of the kept results (results/), remade from them: the leaderboard v3
-# (lab/figures/leaderboard_v3_toy.png, .md, and _k3.png: tiers from the pooled model of lab/stats.py), the direction ablation
+# Every table and figure of the kept results (results/), remade from them: the leaderboard
+# (lab/figures/leaderboard_toy.png, .md, and _k3.png: tiers from the pooled model of lab/stats.py), the direction ablation
 # (lab/figures/direction_toy.png, .md) and the same runs on other processors
 # (lab/figures/processor_toy.png and processor_intel_toy.png, .md: lab/sweeps/processor*_toy.yaml
 # against the leaderboard), the lag map (lab/figures/lag_map_toy.md) and one tidy table per grid, a row
 # per run (lab/figures/runs_<grid>.csv). The same bytes on the same library versions: on a fresh clone,
 # git status stays clean.
 tables: .venv/ready
-	test ! -d results/leaderboard_toy || $(PY) lab/plot.py leaderboard results/leaderboard_toy --out lab/figures/leaderboard_v3_toy.png \
+	test ! -d results/leaderboard_toy || $(PY) lab/plot.py leaderboard results/leaderboard_toy --out lab/figures/leaderboard_toy.png \
 		--frameworks lab/docs/frameworks.yaml --lag-map lab/figures/lag_map_toy.md
 	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) lab/plot.py leaderboard results/leaderboard_toy_lr5e-5 --out lab/figures/leaderboard_lr5e-5_toy.png
 	test ! -d results/leaderboard_toy_lr5e-5 || $(PY) lab/plot.py drift results/leaderboard_toy,results/drift_toy_n2,results/drift_toy_small_n --against results/leaderboard_toy_lr5e-5 --out lab/figures/drift_toy.png

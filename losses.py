@@ -1609,7 +1609,7 @@ def compute_loss(name, *, logp, behavior_logp, ref_logp=None, mask, rewards, gro
     mixed = (k > 0) & (k < group_size)
     w_correct = (g * correct).sum(1)
     clip = {"clip_frac": extra.pop("clip_frac")} if "clip_frac" in extra else {}
-    stats = {"loss": loss.detach(), "k3": k3(lp, blp, mb), **clip,
+    stats = {"surrogate": loss.detach(), "k3": k3(lp, blp, mb), **clip,
              "coef_correct_sum": w_correct[mixed].mean() if mixed.any() else torch.full((), math.nan, device=lp.device),
              "coef_abs_mean": coef.abs().mean(), **extra, **is_health(lp, blp, mb)}
     values = torch.stack([v.detach().to(dt) for v in stats.values()]).tolist()  # one device sync

@@ -316,7 +316,7 @@ def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch,
     if not oom:
         tqdm.write(f"update {update}: {error}; skipped: batch consumed, weights and optimizer "
                    f"untouched", file=sys.stderr)
-        return {"skipped": 1.0, "loss": math.nan, "k3": math.nan, "entropy": math.nan,
+        return {"skipped": 1.0, "surrogate": math.nan, "k3": math.nan, "entropy": math.nan,
                 "grad_norm": math.nan}
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -325,7 +325,7 @@ def learn_or_skip(cfg, model, ref_model, optimizer, batch: rollout.RolloutBatch,
                f"responses of {min(lengths)}-{max(lengths)} tokens (mean {sum(lengths) / len(lengths):.0f}, "
                f"{sum(lengths)} in all); skipped: batch consumed, weights and optimizer untouched",
                file=sys.stderr)
-    return {"skipped": 1.0, "oom": 1.0, "loss": math.nan, "k3": math.nan, "entropy": math.nan,
+    return {"skipped": 1.0, "oom": 1.0, "surrogate": math.nan, "k3": math.nan, "entropy": math.nan,
             "grad_norm": math.nan}
 
 

@@ -20,8 +20,8 @@ memory: one learn() on one micro-batch (one group of --group-size, 2 on CPU so t
   once (logits_chunk_mib=0: the code before chunking) and in chunks (the config's value): the
   peak memory learn() adds (CUDA: max_memory_allocated; CPU: the process's peak RSS, reset
   before learn(), after a first update made AdamW's states: the gradients, activations and
-  logits of one micro-batch), and the largest differences of log-probs, entropy, loss and
-  gradients.
+  logits of one micro-batch), and the largest differences of log-probs, entropy, the surrogate
+  (the loss value) and gradients.
 update: one learn() per objective on a rollout batch of --groups groups of 8 (on a GPU 8 by
   default, an eighth of the study's 64, sized for a few minutes of GPU time in all: time per
   update grows with the groups, the peak does not, being that of one micro-batch), whose first
@@ -188,14 +188,14 @@ def one_learn(args, loss: str, overrides=(), save_to: str = None) -> dict:
     metrics = train.learn(cfg, model, ref_model, optimizer, batch, pad_id=0)
     _, peak = memory_now_and_peak()
     lengths = [len(r.response_ids) for r in batch.rollouts]
-    out = {"loss": loss, "layers": model.config.num_hidden_layers, "responses": len(lengths),
+    out = {"objective": loss, "layers": model.config.num_hidden_layers, "responses": len(lengths),
            "response_tokens": sum(lengths), "longest": max(lengths),
            "logits_chunk_mib": cfg["logits_chunk_mib"],
            "chunk_tokens": learner.chunk_tokens(cfg, model),
            "learn_peak_added_GiB": (peak - before) / 2 ** 30, "peak_GiB": peak / 2 ** 30,
            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
            **times, **{k: v for k, v in metrics.items() if k.startswith("time/")},
-           **{k: metrics[k] for k in ("loss", "k3", "entropy", "grad_norm")},
+           **{k: metrics[k] for k in ("surrogate", "k3", "entropy", "grad_norm")},
            "imported": [m for m in NOT_ON_THE_BOX if sys.modules.get(m) is not None]}
     if save_to:  # learn() leaves the (clipped) gradients of its step in p.grad
         torch.save({"grads": {n: p.grad.cpu() for n, p in model.named_parameters()},
@@ -245,7 +245,7 @@ def memory(args) -> None:
     r0, r1 = results.values()
     print(f"the same numbers: token log-probs differ by at most {diff(a['logp'], b['logp']):.2e} "
           f"(of {float(a['logp'].abs().max()):.1f}); gradients by at most {grads:.2e} of each "
-          f"tensor's largest entry; loss {r0['loss']:.8f} vs {r1['loss']:.8f}; entropy "
+          f"tensor's largest entry; surrogate {r0['surrogate']:.8f} vs {r1['surrogate']:.8f}; entropy "
           f"{r0['entropy']:.6f} vs {r1['entropy']:.6f}; grad norm {r0['grad_norm']:.6f} vs "
           f"{r1['grad_norm']:.6f}")
     print(json.dumps({str(k): v for k, v in results.items()}))
@@ -435,12 +435,12 @@ def check(args) -> int:
                 phases = {k[5:]: r[k] for k in ("time/behavior", "time/ref", "time/learn",
                                                 "time/optim", "time/metrics")}
                 record[f"learn_{loss}"] = {"peak_GiB": r["peak_GiB"], "wall_s": wall, **phases}
-                ok = all(math.isfinite(r[k]) for k in ("loss", "grad_norm"))
+                ok = all(math.isfinite(r[k]) for k in ("surrogate", "grad_norm"))
                 verdict(ok, f"learn {loss}",
                         f"{r['layers']} layers, {r['responses']} responses, {r['response_tokens']} "
                         f"response tokens (longest {r['longest']}): peak {r['peak_GiB']:.2f} GiB "
                         f"({r['device']}); seconds " + "  ".join(f"{k} {v:.2f}" for k, v in phases.items())
-                        + f"; process {wall:.0f} s; loss {r['loss']:.4g}, grad norm {r['grad_norm']:.4g}")
+                        + f"; process {wall:.0f} s; surrogate {r['surrogate']:.4g}, grad norm {r['grad_norm']:.4g}")
             shutil.rmtree(learn_args.model_dir)
             loop_args = argparse.Namespace(**{**vars(args), "mode": "loop", "layers": args.loop_layers,
                                               "max_tokens": args.loop_max_tokens,

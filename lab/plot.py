@@ -9,7 +9,7 @@
     python lab/plot.py fig8  runs/fig8_toy   --out lab/figures/fig8_toy.png   # GGPO: beta x reference refresh
     python lab/plot.py fig9  runs/fig8_toy   --out lab/figures/fig9_toy.png   # ESS of GGPO's weights on successes
     python lab/plot.py fig10 runs/fig10_toy  --out lab/figures/fig10_toy.png  # GGPO: original vs detached update
-    python lab/plot.py leaderboard results/leaderboard_toy --out lab/figures/leaderboard_v3_toy.png  # every objective vs N, in tiers
+    python lab/plot.py leaderboard results/leaderboard_toy --out lab/figures/leaderboard_toy.png  # every objective vs N, in tiers
     python lab/plot.py numerics runs/numerics_toy --out lab/figures/numerics_toy.png  # engine vs learner precision
     python lab/plot.py direction results/direction_toy --out lab/figures/direction_toy.png  # the direction ablation
     python lab/plot.py processors results/processor_toy --against results/leaderboard_toy \
@@ -17,7 +17,7 @@
     python lab/plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr5e-5 \
         --out lab/figures/drift_toy.png  # accuracy against the drift its batches carry, two step sizes
     python lab/plot.py tidy results/leaderboard_toy --out lab/figures/runs_leaderboard_toy.csv  # one row per run
-    python lab/plot.py row lab/figures/leaderboard_v3_toy.md --row grpo_tis --set tis_cap=5  # one row's line
+    python lab/plot.py row lab/figures/leaderboard_toy.md --row grpo_tis --set tis_cap=5  # one row's line
 
 The run folders and kept results are read by lab/reader.py, the text under each table is written
 by lab/report.py; this module draws, and is the command line. Runs that differ only in seed are averaged;

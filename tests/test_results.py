@@ -21,7 +21,7 @@ def finished_run(folder, seed=0, updates=4):
     with open(os.path.join(folder, "config.yaml"), "w") as f:
         yaml.safe_dump(cfg, f)
     rows = [{"update": 0, "eval/toy/mean@4": 0.25}]
-    rows += [{"update": t, "k3": 1 / 3 * t, "loss": -0.123456789012, "time/update": 0.123456789,
+    rows += [{"update": t, "k3": 1 / 3 * t, "surrogate": -0.123456789012, "time/update": 0.123456789,
               "time/learn": 0.05, "responses_total": 128 * t} for t in range(1, updates + 1)]
     rows[-1]["eval/toy/mean@4"] = 0.5 + seed / 100
     with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
@@ -48,7 +48,7 @@ def test_keep_results_is_compact_and_the_same_bytes_every_time(tmp_path):
                                         "run_info.json"]
     rows = read_gz(os.path.join(dest, "metrics.jsonl.gz"))
     assert len(rows) == 5 and rows[-1]["eval/toy/mean@4"] == 0.5
-    assert rows[3] == {"update": 3, "k3": 1.0, "loss": -0.1234568, "time/update": 0.1234568,
+    assert rows[3] == {"update": 3, "k3": 1.0, "surrogate": -0.1234568, "time/update": 0.1234568,
                        "responses_total": 384}  # 7 digits, per-phase timings left out
     assert read_gz(os.path.join(dest, "eval_records.jsonl.gz")) == [
         {"update": 4, "benchmark": "toy", "id": "toy-0", "n": 4, "correct": 1},

@@ -200,14 +200,14 @@ def test_drop_logged_after(tmp_path):
     """Rows past the checkpoint (eval rows and records included) and a torn line are dropped."""
     with open(tmp_path / "metrics.jsonl", "w") as f:
         for u in range(6):
-            f.write(json.dumps({"update": u, "loss": 0.5 * u}) + "\n")
+            f.write(json.dumps({"update": u, "surrogate": 0.5 * u}) + "\n")
         f.write('{"update": 6, "lo')  # torn by SIGKILL
     with open(tmp_path / "eval_records.jsonl", "w") as f:
         for u in (0, 2, 4):
             f.write(json.dumps({"update": u, "id": "toy-0", "correct": u}) + "\n")
     checkpoint.drop_logged_after(str(tmp_path), 3)
     assert [r["update"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0, 1, 2, 3]
-    assert read_jsonl(tmp_path / "metrics.jsonl")[3] == {"update": 3, "loss": 1.5}
+    assert read_jsonl(tmp_path / "metrics.jsonl")[3] == {"update": 3, "surrogate": 1.5}
     assert [r["update"] for r in read_jsonl(tmp_path / "eval_records.jsonl")] == [0, 2]
     checkpoint.drop_logged_after(str(tmp_path), -1)  # resume=true without a checkpoint: start over
     assert os.path.getsize(tmp_path / "metrics.jsonl") == 0
@@ -565,7 +565,7 @@ def test_out_of_memory_in_the_reference_pass_skips_the_update(tmp_path, sampler,
     monkeypatch.setattr(learner, "response_logp", ref_oom_on_second_update)
     rows = train.train(toy_config(tmp_path, loss="ggpo", delay=1, updates=3, lr=1e-3), sampler=sampler)
     assert [r["skipped"] for r in rows] == [0, 1, 0]
-    assert [r["oom_updates"] for r in rows] == [0, 1, 1] and math.isnan(rows[1]["loss"])
+    assert [r["oom_updates"] for r in rows] == [0, 1, 1] and math.isnan(rows[1]["surrogate"])
 
 
 def test_a_nonfinite_forward_pass_is_a_skipped_update(tmp_path, sampler, monkeypatch, capsys):
@@ -595,7 +595,7 @@ def test_a_nonfinite_forward_pass_is_a_skipped_update(tmp_path, sampler, monkeyp
     rows = train.train(toy_config(tmp_path, loss="ggpo", delay=0, updates=4, lr=1e-3), sampler=sampler)
     assert [r["skipped"] for r in rows] == [0, 1, 1, 0]
     assert [r["skipped_updates"] for r in rows] == [0, 1, 2, 2]
-    assert [r["oom_updates"] for r in rows] == [0, 0, 0, 0] and math.isfinite(rows[3]["loss"])
+    assert [r["oom_updates"] for r in rows] == [0, 0, 0, 0] and math.isfinite(rows[3]["surrogate"])
     err = capsys.readouterr().err
     assert "update 2: the learner's forward pass gave non-finite log-probs; skipped" in err
     assert "update 3: the reference's forward pass gave non-finite log-probs; skipped" in err

@@ -86,9 +86,9 @@ def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
 
 def test_the_leaderboard_readings_hold_in_the_generated_table():
     """The readings lab/docs/leaderboard.md and the README state about the leaderboard, checked
-    against the committed table (lab/figures/leaderboard_v3_toy.md, which the test above checks is
+    against the committed table (lab/figures/leaderboard_toy.md, which the test above checks is
     what `make tables` makes): a reading that stops holding as seeds land fails here."""
-    text, rows = leaderboard_rows("leaderboard_v3_toy.md")
+    text, rows = leaderboard_rows("leaderboard_toy.md")
     ppo = rows["PPO vs sampler (GRPO, behavior anchor)"]
     assert above(ppo[VS_TIS]) and above(ppo[VS_GRPO])
     top = [name for name, row in rows.items() if "a" in row["tier"]]
@@ -96,7 +96,7 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     assert above(rows["GRPO+TIS"][VS_GRPO])
     # the same readings by the second analysis (seed-paired, Holm): the README states them as
     # holding in both
-    paired, ppo_label = paired_rows("leaderboard_v3_toy.md"), "PPO vs sampler (GRPO, behavior anchor)"
+    paired, ppo_label = paired_rows("leaderboard_toy.md"), "PPO vs sampler (GRPO, behavior anchor)"
     assert paired_above(paired, ppo_label, "GRPO+TIS") and paired_above(paired, ppo_label, "GRPO")
     assert all(paired_above(paired, m, "GRPO+TIS") and paired_above(paired, m, "GRPO") for m in top)
     assert paired_above(paired, "GRPO+TIS", "GRPO")
@@ -235,7 +235,7 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     # AsymRE the other way in both (about 2 SE: listed beyond 2 SE in one direction at least)
     assert beyond[one_way].get("AsymRE", (-1.0, 0.0))[0] < 0 < beyond[other_way].get("AsymRE", (1.0, 0.0))[0]
     assert "AsymRE" in beyond[one_way] or "AsymRE" in beyond[other_way]
-    _, lr2e4 = leaderboard_rows("leaderboard_v3_toy.md")  # AsymRE's own N = 0: 4+ points below most rows'
+    _, lr2e4 = leaderboard_rows("leaderboard_toy.md")  # AsymRE's own N = 0: 4+ points below most rows'
     on_policy = {m: float(r["N=0"].split()[0]) for m, r in lr2e4.items() if r["N=0"]}  # rows with an N = 0 cell
     assert on_policy["AsymRE"] < statistics.median(on_policy.values()) - 4
     assert beyond[other_way].get("FlashREINFORCE", (-1.0, 0.0))[0] < 0
@@ -354,7 +354,7 @@ def test_the_seed_readings_hold_in_the_generated_tables():
     def seed_line(name):
         with open(os.path.join(FIGURES, name)) as f:
             return re.search(r"\*\*The seed\*\* .*", f.read()).group(0)
-    for name, f_range in (("leaderboard_v3_toy.md", (0, math.inf)), ("leaderboard_lr5e-5_toy.md", (50, math.inf)),
+    for name, f_range in (("leaderboard_toy.md", (0, math.inf)), ("leaderboard_lr5e-5_toy.md", (50, math.inf)),
                           ("leaderboard_lr1.25e-5_toy.md", (50, math.inf))):
         line = seed_line(name)
         assert line.startswith("**The seed** (kept as the design's block") and "One shift per seed and N" in line
@@ -365,7 +365,7 @@ def test_the_seed_readings_hold_in_the_generated_tables():
                      for v in [v.split(": ")[1]]]
         assert tau < 0.25 * min(sigma) if f_range[0] == 0 else 1.5 < tau < 3.5
     moves = re.search(r"move by ([-+][\d.]+) points on average and, apart from that common shift, by "
-                      r"(\d+\.\d+) on average, at most (\d+\.\d+)", seed_line("leaderboard_v3_toy.md"))
+                      r"(\d+\.\d+) on average, at most (\d+\.\d+)", seed_line("leaderboard_toy.md"))
     mean, mean_apart, max_apart = map(float, moves.groups())
     assert abs(mean) < 2 and mean_apart < 0.5 and max_apart < 2
 
@@ -413,7 +413,7 @@ def test_the_lag_map_reads_the_leaderboard_for_each_frameworks_row():
         frameworks = yaml.safe_load(f)["frameworks"]
     with open(os.path.join(FIGURES, "lag_map_toy.md")) as f:
         body = [table_cells(l) for l in f.read().split("\n\n")[2].splitlines()[2:]]
-    _, table = leaderboard_rows("leaderboard_v3_toy.md")
+    _, table = leaderboard_rows("leaderboard_toy.md")
     listed = [(fw, key) for fw in frameworks for key in fw["rows"]]
     assert len(body) == len(listed)
     for (fw, key), cells in zip(listed, body):
@@ -436,7 +436,7 @@ def test_the_lag_map_reads_the_leaderboard_for_each_frameworks_row():
 def test_the_within_tier_line_counts_the_same_tier_pairs():
     """Each leaderboard table's "Within a tier" line counts the pairs whose tier letters
     overlap in its own table, and lists as many pairs as it says differ."""
-    for name in ("leaderboard_v3_toy.md", "leaderboard_lr5e-5_toy.md", "leaderboard_lr1.25e-5_toy.md"):
+    for name in ("leaderboard_toy.md", "leaderboard_lr5e-5_toy.md", "leaderboard_lr1.25e-5_toy.md"):
         text, rows = leaderboard_rows(name)
         found = re.search(r"of the (\d+) pairs that share a letter, (\d+) differ individually(?:: (.*))?\.$",
                           text, re.M)
