@@ -646,8 +646,7 @@ def kimi(logp, behavior_logp, ref_logp, mask, rewards, group_size, hp):
         dL/dl_{i,t} = (-a_i + kimi_tau (l - b)) / n.
     Metric kimi_penalty = (kimi_tau / 2) mean over response tokens of (l - b)^2. At one step per
     batch the paper's pi_theta_i (the iteration's policy) is the sampler."""
-    g = rewards.view(-1, group_size)
-    a = (g - g.mean(1, keepdim=True)).view(-1)[:, None]
+    a = _mean_baseline(rewards, group_size)[:, None]
     ell = logp - behavior_logp
     n = mask.sum()
     penalty = hp["kimi_tau"] / 2 * ell ** 2

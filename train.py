@@ -184,7 +184,7 @@ def train(cfg: dict, sampler=None) -> list:
             for logger in live:
                 logger.log(logged)
 
-        if cfg["eval_every"] > 0 and start == 0:
+        if start == 0 and evaluated_at(cfg, 0):
             with checkpoint.stop_on_oom(cfg, "evaluation"):
                 log({"update": 0, "responses_total": state.responses_total,
                      **evaluate.run_eval(cfg, sampler, 0, out_dir)})
@@ -251,8 +251,7 @@ def train(cfg: dict, sampler=None) -> list:
                    "skipped_updates": state.skipped_updates, "oom_updates": state.oom_updates,
                    **metrics, **times}
             with learner.timed(row, "time/eval"), checkpoint.stop_on_oom(cfg, "evaluation"):
-                if cfg["eval_every"] > 0 and (t == updates or (t % cfg["eval_every"] == 0
-                                                               and t >= cfg["eval_from"])):
+                if evaluated_at(cfg, t):
                     row.update(evaluate.run_eval(cfg, sampler, t, out_dir))
             row["time/log"] = log_seconds
             # wall seconds of the whole update, the previous row's write included (steady state:
@@ -273,6 +272,13 @@ def train(cfg: dict, sampler=None) -> list:
                            f"continue with resume=true", file=sys.stderr)
                 break
     return rows
+
+
+def evaluated_at(cfg: dict, t: int) -> bool:
+    """Whether the loop evaluates after update t (t = 0: the base model): every eval_every
+    updates from eval_from on, and at the last; never with eval_every 0."""
+    return cfg["eval_every"] > 0 and (t == 0 or t == cfg["updates"]
+                                      or (t % cfg["eval_every"] == 0 and t >= cfg["eval_from"]))
 
 
 def sample_into_queue(cfg: dict, sampler, state: RunState, model, pad_id: int,

@@ -5,11 +5,12 @@
 Runs each toy (configs/toy.yaml, configs/toy_long.yaml) for --updates updates in a process of its
 own pinned to one core (one thread: the sweeps' geometry), with one evaluation at update 0, and
 reads the phases the loop logs (time/generate, time/learn, time/sync, time/update) from its
-metrics.jsonl: the median over the updates after the first two (warm-up), the evaluation's
-seconds, and what the update-0 evaluation says of each base model (held-out mean@4, by term
-count for the long toy, and its response length) (the updates that sample: the last N of a run only drain the queue). Then a run's cost at each toy's sweep settings (the short table's 300 updates with
-evaluations at 0, 260, 280, 300; the long grid's 200 with 0, 160, 180, 200) and the hours of the
-long grid (lab/sweeps/leaderboard_long_toy.yaml) on one core. Prints a Markdown table (and writes it to
+metrics.jsonl: the median over the updates that sample (the last N of a run only drain the queue)
+after the first two (warm-up), the evaluation's seconds, and what the update-0 evaluation says of
+each base model (held-out mean@4, by term count for the long toy, and its response length). Then
+a run's cost at each toy's sweep settings (its updates and evaluations, as its sweep file sets
+them and train.evaluated_at schedules them) and the hours of the long grid
+(lab/sweeps/leaderboard_long_toy.yaml) on one core. Prints a Markdown table (and writes it to
 --out, e.g. bench/toy_long.md, which `make leaderboard-long` reads) with the machine it ran on and
 the load beside it.
 """
@@ -27,10 +28,9 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 sys.path.insert(0, ROOT)  # the loop's modules
-TOYS = {"short": ("configs/toy.yaml", 300, [0, 260, 280, 300]),
-        "long": ("configs/toy_long.yaml", 200, [0, 160, 180, 200])}
+# each toy's sweep: the lr 5e-5 short table (the long grid's comparison) and the long grid
+SWEEPS = {"short": "lab/sweeps/leaderboard_lr5e-5_rows_toy.yaml", "long": "lab/sweeps/leaderboard_long_toy.yaml"}
 PHASES = ["generate", "learn", "sync", "update"]
-LONG_GRID = "lab/sweeps/leaderboard_long_toy.yaml"
 
 
 def processor() -> str:
@@ -43,7 +43,7 @@ def processor() -> str:
 
 def measure(toy: str, updates: int, loss: str, delay: int, out_dir: str) -> dict:
     """{phase: median seconds, "eval": seconds, "tokens": mean response tokens} of one run."""
-    path = TOYS[toy][0]
+    path = sweep_file(toy)["config"]
     core = sorted(os.sched_getaffinity(0))[0]
     cmd = [sys.executable, os.path.join(ROOT, "train.py"), os.path.join(ROOT, path), f"loss={loss}",
            f"delay={delay}", f"updates={updates}", "eval_every=100000", "eval_from=0",  # update 0 and the end
@@ -66,6 +66,22 @@ def measure(toy: str, updates: int, loss: str, delay: int, out_dir: str) -> dict
     return out
 
 
+def sweep_file(toy: str) -> dict:
+    with open(os.path.join(ROOT, SWEEPS[toy])) as f:
+        return yaml.safe_load(f)
+
+
+def sweep_schedule(toy: str) -> tuple:
+    """(updates, evaluations) of a run of the toy's sweep, as the loop schedules them."""
+    import config
+    import sweep
+    import train
+    spec = sweep_file(toy)
+    overrides = [o for o in sweep.expand(spec)[0][1] if not o.startswith("out_dir=")]
+    cfg = config.load_config(os.path.join(ROOT, spec["config"]), overrides)
+    return cfg["updates"], sum(train.evaluated_at(cfg, t) for t in range(cfg["updates"] + 1))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--updates", type=int, default=24)
@@ -76,13 +92,13 @@ def main(argv=None):
     import sweep
     got, load = {}, []
     with tempfile.TemporaryDirectory() as tmp:
-        for toy in TOYS:
+        for toy in SWEEPS:
             got[toy] = measure(toy, args.updates, args.loss, args.delay, os.path.join(tmp, toy))
             load.append(os.getloadavg()[0])  # what else ran on the machine meanwhile
     s, l = got["short"], got["long"]
-    run = {toy: TOYS[toy][1] * got[toy]["update"] + len(TOYS[toy][2]) * got[toy]["eval"] for toy in TOYS}
-    with open(os.path.join(ROOT, LONG_GRID)) as f:
-        runs = len(sweep.expand(yaml.safe_load(f)))
+    schedule = {toy: sweep_schedule(toy) for toy in SWEEPS}
+    run = {toy: schedule[toy][0] * got[toy]["update"] + schedule[toy][1] * got[toy]["eval"] for toy in SWEEPS}
+    runs = len(sweep.expand(sweep_file("long")))
     lines = [f"{args.loss} at N = {args.delay}, {args.updates} updates a toy, one process pinned to "
              f"one core of: {processor()} ({os.cpu_count()} cores); 1-minute load average after "
              f"each toy: {load[0]:.1f}, {load[1]:.1f} (above 1: other processes shared the cores)", "",
@@ -96,7 +112,7 @@ def main(argv=None):
               for part in sorted(l["base"]) if part.startswith("t")]
     lines += [f"| one evaluation, s | {s['eval']:.1f} | {l['eval']:.1f} | {l['eval'] / s['eval']:.1f} |",
               f"| one sweep run, s | {run['short']:.0f} | {run['long']:.0f} | {run['long'] / run['short']:.1f} |",
-              "", f"The long grid ({LONG_GRID}): {runs} runs, about {runs * run['long'] / 3600:.1f} "
+              "", f"The long grid ({SWEEPS['long']}): {runs} runs, about {runs * run['long'] / 3600:.1f} "
                   f"core-hours on this processor."]
     text = "\n".join(lines) + "\n"
     print(text, end="")

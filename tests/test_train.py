@@ -314,6 +314,10 @@ def test_eval_from_skips_the_early_evaluations_and_leaves_training_as_it_was(tmp
     evaluated = lambda folder: [r["update"] for r in map(json.loads, open(folder / "metrics.jsonl"))
                                 if "eval/toy/mean@2" in r]
     assert evaluated(tmp_path / "every") == [0, 2, 4, 6, 8] and evaluated(tmp_path / "late") == [0, 6, 8]
+    schedule = lambda **kw: [t for t in range(kw["updates"] + 1) if train.evaluated_at(kw, t)]
+    assert schedule(**{**base, "eval_from": 5}) == [0, 6, 8]  # what the loop did, from the rule alone
+    assert schedule(updates=7, eval_every=3, eval_from=4) == [0, 6, 7]  # the last update, off the grid
+    assert schedule(updates=7, eval_every=0, eval_from=0) == []
     records = lambda folder: [r for r in map(json.loads, open(folder / "eval_records.jsonl"))
                               if r["update"] in (0, 6, 8)]
     assert records(tmp_path / "every") == records(tmp_path / "late")
