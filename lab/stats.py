@@ -574,7 +574,7 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool 
     score_l, est, cov, half = scores(fit, methods)
     shared = sorted(set(cell_of.values()))
     out = {"fit": fit, "sigma": sigma, "df": fit.df_resid, "methods": methods, "n_runs": len(data),
-           "n_fitted": len(frame), "frame": frame, "shared": {c[:-2]: int((frame["cell"] == c).sum()) for c in shared},
+           "n_fitted": len(frame), "frame": frame, "shared": {c.removesuffix("@0"): int((frame["cell"] == c).sum()) for c in shared},
            "spread": fit.spread, "prior_df": fit.prior_df,
            # the methods whose own variance the intervals take: {method: own SD / moderated SD}
            "floored": {m: math.sqrt(float(f)) for m, f in zip(frame["method"], fit.inflation) if f > 1},
