@@ -511,6 +511,11 @@ def leaderboard_lines(result: dict, ranked: list, cells: dict, groups: dict, del
               "sits between tiers): " + "; ".join(
                   f"{c}: " + ", ".join(row_label(m) for m in ranked if c in result["tiers"].get(m, ""))
                   for c in letters) + "."]
+    unscored = [row_label(m) for m in ranked if m not in score]
+    lines += [] if not unscored else [
+        "", f"Not yet scored (runs of fewer than {stats.MIN_SEEDS} seeds at one of N = "
+        + ", ".join(map(str, stats.STALE_DELAYS)) + "; their cells are shown and fitted, and they take no "
+        "part in the tiers, ranks and comparisons): " + ", ".join(unscored) + "."]
     lines += within_tier_lines(result, row_label) + paired_lines(result, ranked, row_label)
     base = base_accuracy(runs)
     if base:

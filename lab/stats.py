@@ -119,6 +119,7 @@ from statsmodels.tools.sm_exceptions import SingularMatrixWarning
 from lab.reader import connected
 
 STALE_DELAYS = (8, 32, 128)  # the stale accuracy: mean final accuracy over these N
+MIN_SEEDS = 3  # a row is scored, tiered and ranked once it has runs of this many seeds at each stale N
 REFERENCES = ("grpo_tis", "grpo", "grpo_grpo_anchor-behavior")  # the named rows every method is set against
 ALPHA = 0.05  # family-wise error rate of the tiers and of the reference intervals
 POWER = 0.8  # the power the seed counts aim for
@@ -559,8 +560,9 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool 
                     draws: int = DRAWS) -> dict:
     """The model and everything the leaderboard shows from it. data: one row per run with
     columns method, N, seed, path (the rounding path's name) and y (final accuracy, %).
-    Methods that lack a run at one of STALE_DELAYS have no score and are left out of the
-    comparisons. by_method: the error SD's spread per method at N > 0 (False: one SD per N);
+    Methods with runs of fewer than MIN_SEEDS seeds at one of STALE_DELAYS have no score and
+    are left out of the comparisons (their runs are fitted: a row part-way up its ladder shows
+    its cells and leaves the others' tiers and ranks as they were). by_method: the error SD's spread per method at N > 0 (False: one SD per N);
     own_floor: fgls_weights'; draws: of the reference family's max-|t| critical values."""
     check_one_setting(data)
     data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
@@ -569,7 +571,8 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool 
     fit, sigma, seed, without = _fit(frame, by_method, own_floor)
     fit.cell_of = without.cell_of = cell_of
     have = set(zip(data["method"], data["N"]))
-    methods = sorted({m for m in data["method"] if all((m, n) in have for n in STALE_DELAYS)})
+    seeds = data.groupby(["method", "N"])["seed"].nunique()
+    methods = sorted({m for m in data["method"] if all(seeds.get((m, n), 0) >= MIN_SEEDS for n in STALE_DELAYS)})
     share = 1 / len(STALE_DELAYS)
     score_l, est, cov, half = scores(fit, methods)
     shared = sorted(set(cell_of.values()))

@@ -8,7 +8,7 @@ import pytest
 
 import losses
 import run_info
-from lab import plot, reader, report
+from lab import plot, reader, report, stats
 from lab.tests.conftest import ROOT, write_run
 
 
@@ -81,7 +81,9 @@ def test_leaderboard_table_from_the_pooled_model(tmp_path):
     Both rows have every seed at every N, so the model's cell means are their raw means (the
     sum-to-zero seed effects average out): scores 32.0 and 43.0, drops -18.0 and -18.0 (N = 0:
     50.0 and 61.0). PPO vs the sampler (grpo, behavior anchor: its own row), seed 0 only, 0.5 at
-    every N: a score from the pooled variance. GRPO: no N = 128, no score: last, blank."""
+    every stale N, and GRPO, no N = 128: fewer than stats.MIN_SEEDS seeds, so no score, no
+    comparison column, listed as not yet scored, last, by their mean final accuracy
+    (report.partial_score: GRPO 90.0, PPO 50.0)."""
     runs = tmp_path / "runs"
     tis = {0: [0.5] * 3, 8: [0.40, 0.42, 0.44], 32: [0.30, 0.33, 0.36], 128: [0.20, 0.21, 0.22]}
     for seed in (0, 1, 2):
@@ -99,8 +101,7 @@ def test_leaderboard_table_from_the_pooled_model(tmp_path):
     assert os.path.getsize(out) > 10_000 and os.path.getsize(str(tmp_path / "leaderboard_k3.png")) > 10_000
     table = _table(out)
     assert ("| tier | method | stale accuracy (95%) | rank (95%) | drop from N=0 (95%) | "
-            "vs GRPO+TIS (simultaneous 95%) | vs PPO vs sampler (GRPO, behavior anchor) (simultaneous 95%) | "
-            "seeds per N | N=0 | N=8 | N=32 | N=128 | K3 x1e-3 at N=32 | is_chi2_token at N=32 | "
+            "vs GRPO+TIS (simultaneous 95%) | seeds per N | N=0 | N=8 | N=32 | N=128 | K3 x1e-3 at N=32 | is_chi2_token at N=32 | "
             "is_masked_frac (%) at N=32 |") in table
     first = table.split("\n\n")[1].splitlines()[2:]  # the leaderboard's own rows, in order
     rows = {l.split(" | ")[1]: l.split(" | ") for l in first}
@@ -108,12 +109,15 @@ def test_leaderboard_table_from_the_pooled_model(tmp_path):
     assert tis_row[2].startswith("32.0 ± ") and tis_row[4].startswith("-18.0 ± ")
     assert m2po_row[2].startswith("43.0 ± ") and m2po_row[4].startswith("-18.0 ± ")
     assert m2po_row[5].startswith("+11.0 ± ") and tis_row[5] == ""
-    assert m2po_row[7:] == ["3/3/3/3", "61.0 (60.0-62.0)", "53.0 (50.0-56.0)", "44.0 (40.0-48.0)",
+    assert m2po_row[6:] == ["3/3/3/3", "61.0 (60.0-62.0)", "53.0 (50.0-56.0)", "44.0 (40.0-48.0)",
                             "32.0 (30.0-34.0)", "20 (20-20)", "0.5 (0.5-0.5)", "35.0 (25.0-45.0) |"]
-    assert rows["GRPO"][2:5] == ["", "", ""] and rows["GRPO"][7] == "0/1/1/0"
-    assert rows["PPO vs sampler (GRPO, behavior anchor)"][7] == "0/1/1/1"
-    assert list(rows)[0] in ("M2PO", "PPO vs sampler (GRPO, behavior anchor)") and list(rows)[-1] == "GRPO"
-    assert list(rows).index("M2PO") < list(rows).index("GRPO+TIS")
+    assert rows["GRPO"][2:5] == ["", "", ""] and rows["GRPO"][6] == "0/1/1/0"
+    ppo = rows["PPO vs sampler (GRPO, behavior anchor)"]
+    assert ppo[2:5] == ["", "", ""] and ppo[6] == "0/1/1/1"
+    assert list(rows) == ["M2PO", "GRPO+TIS", "GRPO", "PPO vs sampler (GRPO, behavior anchor)"]
+    assert (f"Not yet scored (runs of fewer than {stats.MIN_SEEDS} seeds at one of N = 8, 32, 128; their cells are shown "
+            "and fitted, and they take no part in the tiers, ranks and comparisons): GRPO, PPO vs "
+            "sampler (GRPO, behavior anchor).") in table
     assert "**The model** (`lab/stats.py`; statsmodels WLS" in table
     assert "**Seeds a comparison needs**" in table
     assert "At N = 0 the" not in table  # M2PO's N = 0 runs end elsewhere than GRPO+TIS's: no copies
@@ -332,12 +336,14 @@ def test_drift_table_regime_prediction_and_anchor(tmp_path):
         plot.main(["drift", str(hi), "--out", out])
 
 
-def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path, capsys):
-    """Three rows, N in {0, 8, 32, 128}, seeds 0 and 1 at +-1 point. At lr 2e-4 TOPR ends at 60,
+def test_drift_sets_the_tiers_of_both_step_sizes_side_by_side(tmp_path, capsys, monkeypatch):
+    """Three rows, N in {0, 8, 32, 128}, seeds 0 and 1 at +-1 point (scored at two seeds here:
+    stats.MIN_SEEDS set to 2). At lr 2e-4 TOPR ends at 60,
     GRPO+TIS at 30 and GRPO at 10 at every N (three tiers, TOPR above GRPO+TIS and GRPO below);
     at lr 5e-5 all three end at 60: one tier, all level. Each row's change is named. lr 2e-4 also
     has N = 2 runs in a folder of their own (at 0 %: they would move the tiers if counted): the
     drift table pools them as one step size's, the tiers leave them out."""
+    monkeypatch.setattr(stats, "MIN_SEEDS", 2)
     hi, hi_n2, lo = tmp_path / "hi", tmp_path / "hi_n2", tmp_path / "lo"
     for root, lr, finals, delays in (
             (hi, 2e-4, {"topr": 0.6, "grpo_tis": 0.3, "grpo": 0.1}, (0, 8, 32, 128)),
@@ -389,7 +395,7 @@ def test_a_row_is_an_objective_with_its_settings(tmp_path):
     """GRPO+TIS runs at tis_cap 5 beside runs at its default 2 are a row of their own, labelled by
     what differs; PPO against the sampler is such a row (grpo at grpo_anchor behavior), named."""
     runs = tmp_path / "runs"
-    for seed in (0, 1):
+    for seed in (0, 1, 2):
         for delay in (0, 8, 32, 128):
             write_run(runs, 0.4 + 0.01 * seed, "grpo_tis", delay, seed)
             write_run(runs, 0.2 + 0.01 * seed, "grpo_tis", delay, seed, name=f"grpo_tis_N{delay}_s{seed}_tis_cap-5.0",
@@ -405,15 +411,14 @@ def test_a_row_is_an_objective_with_its_settings(tmp_path):
     out = str(tmp_path / "leaderboard.png")
     plot.main(["leaderboard", str(runs), "--out", out])
     rows = {l.split(" | ")[1]: l.split(" | ") for l in _table(out).split("\n\n")[1].splitlines()[2:]}
-    assert rows["GRPO+TIS"][9:11] == ["40.5 (40.0-41.0)", "40.5 (40.0-41.0)"]
-    assert rows["GRPO+TIS (tis_cap 5)"][9:11] == ["20.5 (20.0-21.0)", "20.5 (20.0-21.0)"]
+    assert rows["GRPO+TIS"][9:11] == ["41.0 (40.0-42.0)", "41.0 (40.0-42.0)"]
+    assert rows["GRPO+TIS (tis_cap 5)"][9:11] == ["21.0 (20.0-22.0)", "21.0 (20.0-22.0)"]
 
 
 def test_the_statistics_refuse_to_pool_settings_or_designs(tmp_path):
     """stats.fit_leaderboard refuses one method whose runs differ in an objective setting, naming
     the key; a table whose runs differ in a training setting (lr) is refused, naming it."""
     import pandas as pd
-    from lab import stats
     data = pd.DataFrame([{"method": "grpo_tis", "N": n, "seed": s, "rounding_path": "P1", "y": 40.0 + s,
                           "trajectory": f"{n}{s}", "settings": json.dumps({"tis_cap": 2.0 if s else 5.0})}
                          for n in (0, 8, 32, 128) for s in (0, 1)])
@@ -454,14 +459,14 @@ def test_make_row_names_the_row_and_reads_its_line(tmp_path):
     assert report.row_key("grpo_tis", ["tis_cap=5"]) == report.row_key("grpo_tis", ["tis_cap=5.0"]) == "grpo_tis_tis_cap-5.0"
     assert report.row_key("grpo", ["grpo_anchor=behavior"]) == "grpo_grpo_anchor-behavior"
     runs = tmp_path / "runs"
-    for seed in (0, 1):
+    for seed in (0, 1, 2):
         for delay in (0, 8, 32, 128):
             write_run(runs, 0.4 + 0.01 * seed, "grpo_tis", delay, seed)
             write_run(runs, 0.5 + 0.01 * seed, "m2po", delay, seed)
     out = str(tmp_path / "leaderboard.png")
     plot.main(["leaderboard", str(runs), "--out", out])
     lines = report.row_summary(str(tmp_path / "leaderboard.md"), "m2po")
-    assert lines[0].startswith("M2PO (m2po), from") and "  stale accuracy (95%): 50.5 ± " in "\n".join(lines)
+    assert lines[0].startswith("M2PO (m2po), from") and "  stale accuracy (95%): 51.0 ± " in "\n".join(lines)
     assert "has no line" in report.row_summary(str(tmp_path / "leaderboard.md"), "grpo_tis_tis_cap-5.0")[0]
 
 
