@@ -393,6 +393,14 @@ def row_key(loss: str, settings: list) -> str:
     return method({"loss": loss, "cfg": {"loss_args": args}})
 
 
+def table_rows(block: str) -> tuple:
+    """(the header's cells, [each body line's cells]) of a Markdown table (its lines: header,
+    separator, body), empty cells kept in place (a row part-way up the ladder has no tier yet)."""
+    cells = lambda line: [c.strip() for c in line.strip()[1:-1].split("|")]
+    header, _, *body = block.strip().splitlines()
+    return cells(header), [cells(line) for line in body]
+
+
 def row_summary(table: str, key: str) -> list:
     """The lines of a generated leaderboard table (its .md) about one row (key as `method`
     makes it): every column of its line, its seed-paired differences, and the same-tier pairs it
@@ -400,13 +408,11 @@ def row_summary(table: str, key: str) -> list:
     label = row_label(key)
     with open(table) as f:
         text = f.read()
-    header, _, *body = text.split("\n\n")[1].splitlines()
-    split = lambda line: line[2:-2].split(" | ")  # "| a |  | b |" -> a, "", b
-    columns = split(header)
-    mine = [l for l in body if split(l)[1] == label]
+    columns, body = table_rows(text.split("\n\n")[1])
+    mine = [cells for cells in body if cells[1] == label]
     if not mine:
         return [f"{label} ({key}) has no line in {table} yet: its runs have not landed there"]
-    cells = split(mine[0])
+    cells = mine[0]
     out = [f"{label} ({key}), from {table}:"] + [f"  {c}: {v}" for c, v in zip(columns, cells) if c != "method"]
     paired = text.split("**A second analysis**")
     if len(paired) > 1:

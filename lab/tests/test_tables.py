@@ -151,11 +151,10 @@ def paired_rows(name):
     (the seed-paired table under "A second analysis")."""
     with open(os.path.join(FIGURES, name)) as f:
         section = f.read().split("**A second analysis**")[1].split("\n\n")[1]
-    header, _, *body = section.splitlines()
-    refs = [c.split(" (paired")[0][3:] for c in header.strip("| ").split(" | ")[1:-1]]
+    header, body = report.table_rows(section)
+    refs = [c.split(" (paired")[0][3:] for c in header[1:-1]]
     out = {}
-    for line in body:
-        cells = line.strip("| ").split(" | ")
+    for cells in body:
         out[cells[0]] = {r: (float(c.split(" ± ")[0]), float(c.split("(")[-1].rstrip(")")))
                          for r, c in zip(refs, cells[1:-1]) if c}
     return out
@@ -171,15 +170,8 @@ def leaderboard_rows(name):
     """(the text, {method: {column: cell}}) of a committed leaderboard table under lab/figures/."""
     with open(os.path.join(FIGURES, name)) as f:
         text = f.read()
-    header, _, *body = text.split("\n\n")[1].splitlines()
-    columns = header.strip("| ").split(" | ")
-    return text, {cells[1]: dict(zip(columns, cells)) for cells in map(table_cells, body)}
-
-
-def table_cells(line: str) -> list:
-    """The cells of one Markdown table line, empty ones kept in place (a row part-way up the
-    ladder has no tier or score yet)."""
-    return [cell.strip() for cell in line.strip()[1:-1].split("|")]
+    columns, body = report.table_rows(text.split("\n\n")[1])
+    return text, {cells[1]: dict(zip(columns, cells)) for cells in body}
 
 
 def test_the_anchor_reading_holds_in_the_generated_drift_table():
@@ -412,7 +404,7 @@ def test_the_lag_map_reads_the_leaderboard_for_each_frameworks_row():
     with open(os.path.join(ROOT, "lab", "docs", "frameworks.yaml")) as f:
         frameworks = yaml.safe_load(f)["frameworks"]
     with open(os.path.join(FIGURES, "lag_map_toy.md")) as f:
-        body = [table_cells(l) for l in f.read().split("\n\n")[2].splitlines()[2:]]
+        _, body = report.table_rows(f.read().split("\n\n")[2])
     _, table = leaderboard_rows("leaderboard_toy.md")
     listed = [(fw, key) for fw in frameworks for key in fw["rows"]]
     assert len(body) == len(listed)
