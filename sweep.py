@@ -36,7 +36,10 @@ processes with the same `results:` (e.g. one per seed, each pinned to its own co
 run a run twice once the other has kept it. `per_kind: true` makes the grid a reference block
 for processor kinds that have none, one seed per kind (one_kind_block): on a machine whose kind
 already has kept runs of the grid's rows it runs nothing, on a new kind the first seed no
-machine has begun, and on a kind that began a seed of it the rest of that seed.
+machine has begun, and on a kind that began a seed of it the rest of that seed. Any other sweep
+with `results:` holds back a seed whose kept runs all ran on other processor kinds
+(hold_other_kinds), so that a seed's blocks share a rounding path; `--seeds` runs the seeds it
+names here whatever kind began them.
 
 Here, runs go to --jobs worker processes (default 1; auto: plan_jobs). Each takes the next
 unfinished run of the grid from this process, runs it with train.train (its output to
@@ -295,6 +298,32 @@ def row_and_seed(name: str):
     grpo_N8_s3_grpo_anchor-behavior -> (grpo_grpo_anchor-behavior, 3)."""
     found = re.search(r"_N\d+_s(\d+)", name)
     return (name[:found.start()] + name[found.end():], int(found.group(1))) if found else None
+
+
+def kinds_by_seed(sweep: dict) -> dict:
+    """{seed: the processor kinds its kept runs of this grid ran on} (`results`)."""
+    ours, root = {os.path.basename(d) for d, _ in expand(sweep)}, sweep["results"]
+    kinds = collections.defaultdict(set)
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        path = os.path.join(root, name, run_info.RUN_INFO)
+        if name in ours and os.path.exists(path):
+            with open(path) as f:
+                kinds[row_and_seed(name)[1]] |= {run_info.processor_kind(s) for s in json.load(f)["sessions"]}
+    return kinds
+
+
+def hold_other_kinds(sweep: dict, todo: list, kind: str) -> list:
+    """The part of `todo` a machine of processor kind `kind` runs: a seed whose kept runs of the
+    grid all ran on other kinds is held (its blocks are finished where they were begun, so that
+    a seed's blocks share a rounding path); a seed kept on this kind, or not begun, runs.
+    `--seeds` names seeds to run here whatever kind began them."""
+    kinds = kinds_by_seed(sweep)
+    held = sorted({cfg["seed"] for cfg, _, _ in todo if kinds.get(cfg["seed"]) and kind not in kinds[cfg["seed"]]})
+    if held:
+        print(f"seed(s) {held} begun on another processor kind ({'; '.join(sorted(set().union(*(kinds[s] for s in held))))}): "
+              f"held here, on {kind}; run them there, or name them with --seeds to run them here",
+              file=sys.stderr)
+    return [t for t in todo if t[0]["seed"] not in held]
 
 
 def one_kind_block(sweep: dict, todo: list, kind: str) -> list:
@@ -573,14 +602,22 @@ def say(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
+def todo_here(sweep: dict, hold: bool) -> list:
+    """The unfinished runs this machine takes: a per_kind grid's block for its processor kind,
+    else all but the seeds begun on another kind (hold=False: all)."""
+    todo, kind = unfinished(sweep), run_info.this_processor_kind()
+    if sweep.get("per_kind"):
+        return one_kind_block(sweep, todo, kind)
+    return hold_other_kinds(sweep, todo, kind) if sweep.get("results") and hold else todo
+
+
 def run_here(sweep: dict, sweep_path: str, jobs: str, cores_per_job: int = None,
-             status_every: float = 60.0) -> int:
-    """Every unfinished run of the grid in worker processes (see the module's docstring);
+             status_every: float = 60.0, hold: bool = True) -> int:
+    """Every unfinished run of the grid in worker processes (see the module's docstring), but
+    the seeds begun on another processor kind (hold_other_kinds; hold=False: those too);
     returns the exit code: 0 all finished, 1 some failed, 128 + signal when stopped by one."""
     _lock = lock_out_root(sweep["out_root"])  # held until this process ends
-    todo = unfinished(sweep)
-    if sweep.get("per_kind"):
-        todo = one_kind_block(sweep, todo, run_info.this_processor_kind())
+    todo = todo_here(sweep, hold)
     if not todo:
         return 0
     plan, why = plan_jobs(jobs, len(todo), todo[0][0], cores_per_job)
@@ -819,8 +856,8 @@ def main(argv=None) -> None:
                         "the objective LOSS on the ladder's runs, with the settings given after it")
     parser.add_argument("settings", nargs="*", help="--row: the row's settings, key=value")
     parser.add_argument("--print", action="store_true", help="print one command per run")
-    parser.add_argument("--seeds", help="only these seeds of the grid (e.g. 0,1,2): the blocks a "
-                                        "machine of one rounding path should make")
+    parser.add_argument("--seeds", help="only these seeds of the grid (e.g. 0,1,2), run here even where "
+                                        "another processor kind began them (without it, such seeds are held)")
     parser.add_argument("--jobs", default="1", help="runs at once here: a number, or auto "
                                                     "(plan_jobs: by cores, memory and GPUs)")
     parser.add_argument("--cores-per-job", type=int, help="cores (threads) of each job (default: "
@@ -876,7 +913,7 @@ def main(argv=None) -> None:
         submit(sweep, executor)
         return
     try:
-        code = run_here(sweep, args.sweep, args.jobs, args.cores_per_job)
+        code = run_here(sweep, args.sweep, args.jobs, args.cores_per_job, hold=not args.seeds)
     except ValueError as e:
         sys.exit(f"error: {e}")
     if code:

@@ -78,6 +78,24 @@ def test_a_per_kind_block_runs_one_seed_on_a_kind_without_the_rows(tmp_path):
         sweep.expand({k: v for k, v in spec.items() if k != "results"})
 
 
+def test_a_seed_begun_on_another_kind_is_held(tmp_path):
+    """Kept: grpo_N8_s0 on kind A, grpo_N8_s1 on kinds A and B (resumed there), an unrelated row
+    at seed 2 on kind A. On kind B: seed 0 held (begun on A alone), seed 1 runs (B is among its
+    kinds), seed 2 runs (no run of this grid kept) and seed 3 too; on A, all of them."""
+    results = tmp_path / "results"
+    for name, kinds in (("grpo_N8_s0", "A"), ("grpo_N8_s1", "AB"), ("gspo_N8_s2", "A")):
+        (results / name).mkdir(parents=True)
+        sessions = [{"cpu": {"model": k, "isa": ["avx2"], "torch_capability": "AVX2"}, "gpu": None} for k in kinds]
+        (results / name / "run_info.json").write_text(json.dumps({"sessions": sessions}))
+    spec = {"config": os.path.join(ROOT, "configs", "toy.yaml"), "out_root": str(tmp_path / "runs"),
+            "results": str(results), "grid": {"loss": ["grpo"], "delay": [8, 0], "seed": [0, 1, 2, 3]}}
+    todo = [({"seed": int(d.rsplit("_s", 1)[1])}, d, o) for d, o in sweep.expand(spec)
+            if not d.endswith(("grpo_N8_s0", "grpo_N8_s1"))]
+    picked = lambda kind: [os.path.basename(d) for _, d, _ in sweep.hold_other_kinds(spec, todo, f"{kind} (avx2)")]
+    assert picked("B") == ["grpo_N0_s1", "grpo_N8_s2", "grpo_N0_s2", "grpo_N8_s3", "grpo_N0_s3"]
+    assert picked("A") == ["grpo_N0_s0"] + picked("B")
+
+
 def test_loss_all_is_every_registered_objective(monkeypatch):
     import losses
     monkeypatch.setattr(losses, "LOSSES", dict(losses.LOSSES))
