@@ -320,9 +320,9 @@ def hold_other_kinds(sweep: dict, todo: list, kind: str) -> list:
     kinds = kinds_by_seed(sweep)
     held = sorted({cfg["seed"] for cfg, _, _ in todo if kinds.get(cfg["seed"]) and kind not in kinds[cfg["seed"]]})
     if held:
-        print(f"seed(s) {held} begun on another processor kind ({'; '.join(sorted(set().union(*(kinds[s] for s in held))))}): "
-              f"held here, on {kind}; run them there, or name them with --seeds to run them here",
-              file=sys.stderr)
+        elsewhere = "; ".join(sorted(set().union(*(kinds[s] for s in held))))
+        print(f"seed(s) {held} begun on another processor kind ({elsewhere}): held here, on {kind}; "
+              f"run them there, or name them with --seeds to run them here", file=sys.stderr)
     return [t for t in todo if t[0]["seed"] not in held]
 
 
