@@ -300,15 +300,15 @@ def row_and_seed(name: str):
     return (name[:found.start()] + name[found.end():], int(found.group(1))) if found else None
 
 
-def kinds_by_seed(sweep: dict) -> dict:
-    """{seed: the processor kinds its kept runs of this grid ran on} (`results`)."""
-    ours, root = {os.path.basename(d) for d, _ in expand(sweep)}, sweep["results"]
-    kinds = collections.defaultdict(set)
+def kept_kinds(root: str) -> dict:
+    """{run folder name: the processor kinds it ran on} of every kept run under `root` that
+    has its run_info.json."""
+    kinds = {}
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         path = os.path.join(root, name, run_info.RUN_INFO)
-        if name in ours and os.path.exists(path):
+        if os.path.exists(path):
             with open(path) as f:
-                kinds[row_and_seed(name)[1]] |= {run_info.processor_kind(s) for s in json.load(f)["sessions"]}
+                kinds[name] = {run_info.processor_kind(s) for s in json.load(f)["sessions"]}
     return kinds
 
 
@@ -317,7 +317,10 @@ def hold_other_kinds(sweep: dict, todo: list, kind: str) -> list:
     grid all ran on other kinds is held (its blocks are finished where they were begun, so that
     a seed's blocks share a rounding path); a seed kept on this kind, or not begun, runs.
     `--seeds` names seeds to run here whatever kind began them."""
-    kinds = kinds_by_seed(sweep)
+    ours, kinds = {os.path.basename(d) for d, _ in expand(sweep)}, collections.defaultdict(set)
+    for name, ran_on in kept_kinds(sweep["results"]).items():
+        if name in ours:  # {seed: the kinds its kept runs of this grid ran on}
+            kinds[row_and_seed(name)[1]] |= ran_on
     held = sorted({cfg["seed"] for cfg, _, _ in todo if kinds.get(cfg["seed"]) and kind not in kinds[cfg["seed"]]})
     if held:
         elsewhere = "; ".join(sorted(set().union(*(kinds[s] for s in held))))
@@ -334,14 +337,12 @@ def one_kind_block(sweep: dict, todo: list, kind: str) -> list:
     `results`) ran on this kind: nothing; else the grid's first seed with no run kept at all."""
     ours = {os.path.basename(d) for d, _ in expand(sweep)}
     rows = {row_and_seed(n)[0] for n in ours}
-    root = sweep["results"]
     seeds_here, started, row_here = set(), set(), False
-    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-        parsed, path = row_and_seed(name), os.path.join(root, name, run_info.RUN_INFO)
-        if parsed is None or parsed[0] not in rows or not os.path.exists(path):
+    for name, ran_on in kept_kinds(sweep["results"]).items():
+        parsed = row_and_seed(name)
+        if parsed is None or parsed[0] not in rows:
             continue
-        with open(path) as f:
-            here = kind in {run_info.processor_kind(s) for s in json.load(f)["sessions"]}
+        here = kind in ran_on
         row_here |= here
         if name in ours:
             started.add(parsed[1])
