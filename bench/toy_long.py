@@ -41,9 +41,9 @@ def processor() -> str:
         return platform.processor() or platform.machine()
 
 
-def measure(toy: str, updates: int, loss: str, delay: int, out_dir: str) -> dict:
-    """{phase: median seconds, "eval": seconds, "tokens": mean response tokens} of one run."""
-    path = sweep_file(toy)["config"]
+def measure(path: str, updates: int, loss: str, delay: int, out_dir: str) -> dict:
+    """{phase: median seconds, "eval": seconds, "tokens": mean response tokens} of one run of
+    the config at `path`."""
     core = sorted(os.sched_getaffinity(0))[0]
     cmd = [sys.executable, os.path.join(ROOT, "train.py"), os.path.join(ROOT, path), f"loss={loss}",
            f"delay={delay}", f"updates={updates}", "eval_every=100000", "eval_from=0",  # update 0 and the end
@@ -66,17 +66,11 @@ def measure(toy: str, updates: int, loss: str, delay: int, out_dir: str) -> dict
     return out
 
 
-def sweep_file(toy: str) -> dict:
-    with open(os.path.join(ROOT, SWEEPS[toy])) as f:
-        return yaml.safe_load(f)
-
-
-def sweep_schedule(toy: str) -> tuple:
-    """(updates, evaluations) of a run of the toy's sweep, as the loop schedules them."""
+def sweep_schedule(spec: dict) -> tuple:
+    """(updates, evaluations) of a run of the sweep `spec`, as the loop schedules them."""
     import config
     import sweep
     import train
-    spec = sweep_file(toy)
     overrides = [o for o in sweep.expand(spec)[0][1] if not o.startswith("out_dir=")]
     cfg = config.load_config(os.path.join(ROOT, spec["config"]), overrides)
     return cfg["updates"], sum(train.evaluated_at(cfg, t) for t in range(cfg["updates"] + 1))
@@ -89,16 +83,21 @@ def main(argv=None):
     p.add_argument("--delay", type=int, default=8)
     p.add_argument("--out")
     args = p.parse_args(argv)
+    import config
     import sweep
+    specs = {}
+    for toy, path in SWEEPS.items():
+        with open(os.path.join(ROOT, path)) as f:
+            specs[toy] = yaml.load(f, Loader=config.YAML_LOADER)  # as sweep.py reads it
     got, load = {}, []
     with tempfile.TemporaryDirectory() as tmp:
         for toy in SWEEPS:
-            got[toy] = measure(toy, args.updates, args.loss, args.delay, os.path.join(tmp, toy))
+            got[toy] = measure(specs[toy]["config"], args.updates, args.loss, args.delay, os.path.join(tmp, toy))
             load.append(os.getloadavg()[0])  # what else ran on the machine meanwhile
     s, l = got["short"], got["long"]
-    schedule = {toy: sweep_schedule(toy) for toy in SWEEPS}
+    schedule = {toy: sweep_schedule(specs[toy]) for toy in SWEEPS}
     run = {toy: schedule[toy][0] * got[toy]["update"] + schedule[toy][1] * got[toy]["eval"] for toy in SWEEPS}
-    runs = len(sweep.expand(sweep_file("long")))
+    runs = len(sweep.expand(specs["long"]))
     lines = [f"{args.loss} at N = {args.delay}, {args.updates} updates a toy, one process pinned to "
              f"one core of: {processor()} ({os.cpu_count()} cores); 1-minute load average after "
              f"each toy: {load[0]:.1f}, {load[1]:.1f} (above 1: other processes shared the cores)", "",

@@ -563,7 +563,8 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool 
     Methods with runs of fewer than MIN_SEEDS seeds at one of STALE_DELAYS have no score and
     are left out of the comparisons (their runs are fitted: a row part-way up its ladder shows
     its cells, and the tiers and ranks are drawn among the scored rows). by_method: the error
-    SD's spread per method at N > 0 (False: one SD per N); own_floor: fgls_weights'; draws: of the reference family's max-|t| critical values."""
+    SD's spread per method at N > 0 (False: one SD per N); own_floor: fgls_weights'; draws: of
+    the reference family's max-|t| critical values."""
     check_one_setting(data)
     data = data.reset_index(drop=True).assign(cell=lambda d: d["method"] + "@" + d["N"].astype(str))
     frame, cell_of, fit_row = shared_copies(data)

@@ -292,10 +292,9 @@ def test_at_matched_drift_the_gated_rows_lose_more_at_the_larger_step():
     against the lr 2e-4 cell nearest in K3, within a factor 2), by more than 10 points at the
     larger K3, and IcePop (Ring-1T) loses less. From the first table of lab/figures/drift_toy.md."""
     with open(os.path.join(FIGURES, "drift_toy.md")) as f:
-        table = f.read().split("\n\n")[1]
+        _, body = report.table_rows(f.read().split("\n\n")[1])
     cells = {}
-    for row in table.splitlines()[2:]:
-        parts = [c.strip() for c in row.strip("|").split("|")]
+    for parts in body:
         found = [re.match(r"([\d.]+) \(([\d.e+-]+)\)", c) for c in parts[2:]]
         values = [(float(m.group(1)), float(m.group(2))) for m in found if m]
         cells[(parts[0], parts[1])] = (values[0][0], values[1:])  # (N = 0, [(final, K3) of stale cells])
