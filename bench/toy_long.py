@@ -83,6 +83,9 @@ def main(argv=None):
     p.add_argument("--delay", type=int, default=8)
     p.add_argument("--out")
     args = p.parse_args(argv)
+    if args.updates - args.delay < 3:  # the updates that sample, after two of warm-up
+        p.error(f"--updates {args.updates} at --delay {args.delay} leaves {max(args.updates - args.delay, 0)} "
+                f"updates that sample; the timing needs at least 3 (--updates {args.delay + 3} or more)")
     import config
     import sweep
     specs = {}
