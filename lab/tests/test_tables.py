@@ -197,7 +197,7 @@ def test_the_drift_verdict_and_regime_readings_hold_in_the_generated_tables():
     by more than 5 points; AsymRE the other way in both directions, about 2 SE, its N = 0 cell at lr 2e-4 4+
     points below most rows'; OAPL the other way in both, by the same distance each way (its stale
     cells 0 at both steps); FlashREINFORCE the other way too fitting lr 5e-5; at lr 5e-5 every row of the
-    second step's fifteen but AGRO and GRPO within 5 points of GRPO+TIS (the README too); N = 8 mild at lr 1.25e-5 alone, whose five rows
+    second step's fifteen but AGRO and GRPO within 5 points of GRPO+TIS (DESIGN.md too); N = 8 mild at lr 1.25e-5 alone, whose five rows
     end within 3 points of one another and of their own N = 0.
     Checked against the committed lab/figures/drift_toy.md and drift_lr1.25e-5_toy.md."""
     with open(os.path.join(FIGURES, "drift_toy.md")) as f:
@@ -379,7 +379,7 @@ def test_the_newest_readings_at_the_second_step_hold_in_the_generated_table():
     for m in ("TRM", "PPO+outlier RS (SkyRL's mask)", "REC-OneSide-NoIS", "AsymRE", "BAPO"):
         assert level(rows[m][VS_PPO]), m
     assert not below(rows["DPPO-KL"][VS_PPO])
-    paired = paired_rows("leaderboard_lr5e-5_toy.md")  # the README's: level in both analyses
+    paired = paired_rows("leaderboard_lr5e-5_toy.md")  # leaderboard-studies.md's: level in both analyses
     for m in ("REC-OneSide-NoIS", "AsymRE"):
         assert paired[m]["PPO vs sampler (GRPO, behavior anchor)"][1] >= 0.05, m
     assert below(rows["REC-Ring-NoIS"][VS_PPO]) and below(rows["REC-Ring-NoIS"][VS_TIS])
@@ -393,6 +393,23 @@ def test_the_newest_readings_at_the_second_step_hold_in_the_generated_table():
     assert not top & set(flash["tier"]) and float(flash["is_masked_frac (%) at N=32"].split()[0]) > 50
     assert all(float(re.findall(r"[\d.]+", rows["OAPL"][f"N={n}"])[-1]) < 0.5 for n in (8, 32, 128))
     assert float(re.findall(r"[\d.]+", rows["OAPL"]["N=0"])[0]) > 50
+
+
+def test_the_lr_2e4_readings_say_what_the_lr_5e5_table_says_beside_them():
+    """lab/docs/leaderboard.md's readings at lr 2e-4 and, beside each, lr 5e-5's so far (and the
+    README's sentence on it): PPO against the sampler above GRPO and level with GRPO+TIS; GRPO+TIS
+    in the top row's tier and above GRPO; each in the pooled model alone, the paired test on three
+    seeds rejecting fewer than a tenth of the reference differences."""
+    text, rows = leaderboard_rows("leaderboard_lr5e-5_toy.md")
+    ppo, tis, level = "PPO vs sampler (GRPO, behavior anchor)", rows["GRPO+TIS"], lambda c: not above(c) and not below(c)
+    scored = [m for m in rows if rows[m]["stale accuracy (95%)"]]
+    best = max(scored, key=lambda m: float(rows[m]["stale accuracy (95%)"].split(" ± ")[0]))
+    assert above(rows[ppo][VS_GRPO]) and level(rows[ppo][VS_TIS])
+    assert set(rows[best]["tier"]) & set(tis["tier"]) and above(tis[VS_GRPO])
+    paired = paired_rows("leaderboard_lr5e-5_toy.md")
+    assert not paired_above(paired, "GRPO+TIS", "GRPO") and not paired_above(paired, ppo, "GRPO")
+    both = re.search(r"of the (\d+) reference differences, (\d+) are apart from 0 in both", text)
+    assert int(both.group(2)) < 0.1 * int(both.group(1))
 
 
 def test_the_lag_map_reads_the_leaderboard_for_each_frameworks_row():
@@ -422,6 +439,9 @@ def test_the_lag_map_reads_the_leaderboard_for_each_frameworks_row():
         assert cells[7] == (f"N={first}: {row[f'N={first}']}" if row[f"N={first}"] else ""), key
         assert cells[8] == (f"N={later}: {row[f'N={later}']}" if later and row[f"N={later}"] else ""), key
     assert {key for _, key in listed} >= {"primerl", "primerl_ipo", "pipelinerl", "skyrl_geo", "nemorl", "tinker"}
+    # the head's reading: at its defaults no trainer holds a lag above 1 exactly, a few hold it at 1
+    exact = [int(re.match(r"exactly (\d+)", fw["lag"]).group(1)) for fw in frameworks if fw["lag"].startswith("exactly")]
+    assert exact and max(exact) == 1
 
 
 def test_the_within_tier_line_counts_the_same_tier_pairs():
@@ -462,12 +482,13 @@ def test_the_tidy_tables_are_what_make_tables_makes(tmp_path):
 
 def test_the_long_answer_reading_is_the_generated_h3_verdict():
     """lab/docs/leaderboard.md states H3's verdict on the kept runs; it is the one
-    lab/figures/seq_tail_toy.md (make tables) prints, and the pair the page names is in its table
-    as not heavier."""
+    lab/figures/seq_tail_toy.md (make tables) prints, and the rows whose pairs the page names as
+    not heavier are those its table marks so (the README says the same)."""
     page = open(os.path.join(ROOT, "lab", "docs", "leaderboard.md")).read()
     table = open(os.path.join(ROOT, "lab", "figures", "seq_tail_toy.md")).read()
     verdict = re.search(r"\*\*H3: (\w+)\*\*", table).group(1)
     assert f"**H3 is {verdict}**" in " ".join(page.split())
     if verdict == "refuted":
-        assert "a pair of PPO against the sampler is not heavier" in " ".join(page.split())
-        assert re.search(r"\| PPO vs sampler \(GRPO, behavior anchor\) \| \d+ \| \d \|.*\| no \|", table)
+        assert "pairs of PPO against the sampler and of GRPO+TIS are not heavier" in " ".join(page.split())
+        _, body = report.table_rows(table.split("\n\n")[1])
+        assert {cells[0] for cells in body if cells[-1] == "no"} == {"PPO vs sampler (GRPO, behavior anchor)", "GRPO+TIS"}
