@@ -161,7 +161,7 @@ tables: .venv/ready
 	test ! -d results/processor_intel_toy || $(PY) lab/plot.py processors results/processor_intel_toy --against results/leaderboard_toy --out lab/figures/processor_intel_toy.png
 	test ! -d results/processor_zen4_toy || $(PY) lab/plot.py processors results/processor_zen4_toy --against results/processor_toy --out lab/figures/processor_zen4_toy.png
 	test ! -d results/leaderboard_long_toy || $(PY) lab/plot.py seq-tail results/leaderboard_long_toy --against results/seq_tail_short_toy --out lab/figures/seq_tail_toy.png
-	for grid in leaderboard_toy leaderboard_toy_lr5e-5 leaderboard_toy_lr1.25e-5 drift_toy_n2 drift_toy_small_n direction_toy leaderboard_long_toy seq_tail_short_toy; do \
+	for grid in leaderboard_toy leaderboard_toy_lr5e-5 leaderboard_toy_lr1.25e-5 drift_toy_n2 drift_toy_small_n direction_toy leaderboard_long_toy seq_tail_short_toy flash_gate_toy; do \
 		test ! -d results/$$grid || $(PY) lab/plot.py tidy results/$$grid --out lab/figures/runs_$$grid.csv || exit 1; done
 
 # The leaderboard on the long-answer toy (configs/toy_long.yaml; lab/docs/preregistration.md, section

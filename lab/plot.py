@@ -731,7 +731,8 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
     axes[0][0].set_ylabel("drop from its lr's N = 0 (points)")
     axes[-1][0].set_xlabel("mean K3 learner vs sampler (log)")
     finish(fig, [axes[0][0]], out, f"Final accuracy against the drift its batches carried, at two step "
-                                   f"sizes ({seeds_note(runs[root] + runs[against])})",
+                                   f"sizes (lr {lr_a:g}: {seeds_note(runs[root])}; lr {lr_b:g}: "
+                                   f"{seeds_note(runs[against])})",
            lines, runs[root] + runs[against])
 
 

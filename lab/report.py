@@ -12,7 +12,7 @@ import pandas as pd
 from lab import stats
 from lab.reader import (LATE_EVALS, LATE_SPAN, base_accuracy, direction_arm, final_mean, last_fraction,
                         late_evaluations, leaderboard_data, mean, method, processor_kind, recorded_path,
-                        row_label)
+                        row_label, run_drift)
 
 
 def machines(runs: list) -> tuple:
@@ -304,7 +304,7 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
     lines += seed_lines(result["seed"]) + path_design_lines(result["rounding_path"], data, order, name)
     anchors = [m for m in ANCHORS if all((m, n) in result["cell"] for n in delays)]
     if anchors:
-        lines += ["", "**The anchors' cells** (the four corrections published with a staleness claim; "
+        lines += ["", "**The anchors' cells** (the study's four anchors, corrections published with a staleness claim; "
                   "the model's cell means, 95% t, and the drop from N = 0 to the largest N):", "",
                   "| method | " + " | ".join(f"N={n}" for n in delays) + f" | N=0 - N={delays[-1]} |",
                   "| --- |" + " --- |" * (len(delays) + 1)]
@@ -532,7 +532,23 @@ def leaderboard_lines(result: dict, ranked: list, cells: dict, groups: dict, del
         lines += ["", f"The base model (toy_base/ before any update: its evaluation at update 0, mean over "
                   f"the {len(base)} seeds' samples): {100 * mean(list(base.values())):.1f} "
                   f"({100 * min(base.values()):.1f}-{100 * max(base.values()):.1f})."]
-    return lines + model_lines(result, data, order, delays) + late_measure_lines(runs)
+    return lines + drift_accuracy_lines(groups) + model_lines(result, data, order, delays) + late_measure_lines(runs)
+
+
+def drift_accuracy_lines(groups: dict) -> list:
+    """Per stale N, Spearman's rho between the runs' final accuracy and the drift their batches
+    carried (reader.run_drift), over every run at that N (`groups`: {(method, N): runs})."""
+    from scipy.stats import spearmanr
+    per_n = defaultdict(list)
+    for (_, n), rs in groups.items():
+        per_n[n] += [(r["final"], run_drift(r)) for r in rs
+                     if n > 0 and any(row.get("k3") is not None for row in r["rows"])]
+    rho = {n: (spearmanr(*zip(*v)).statistic, len(v)) for n, v in sorted(per_n.items()) if len(v) > 2}
+    return [] if not rho else [
+        "", "**Drift and accuracy** (a correlation, not a cause: drift is partly an outcome, a learner "
+        "that collapses drifts too): Spearman's rho between a run's final accuracy and its mean K3 "
+        "between learner and sampler over its updates, over every run at each stale N: "
+        + "; ".join(f"N = {n}: {r:+.2f} ({k} runs)" for n, (r, k) in rho.items()) + "."]
 
 
 def direction_lines(runs: list, final: dict, bands: list, delays: list) -> list:

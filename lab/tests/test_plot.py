@@ -529,3 +529,17 @@ def test_a_fifth_objective_is_drawn_with_its_label(tmp_path, monkeypatch):
     out = str(tmp_path / "fig1.png")
     plot.fig1(str(tmp_path / "runs"), out, delay=8, window=0)
     assert "| REINFORCE (group mean) |" in _table(out) and os.path.getsize(out) > 0
+
+
+def test_drift_and_accuracy_rank_correlate_per_stale_n_over_runs_with_a_drift():
+    """report.drift_accuracy_lines: Spearman's rho of final accuracy against the run's mean K3,
+    per stale N; N = 0 and runs that logged no K3 left out."""
+    def run(final, k3s):
+        return {"final": final, "rows": [{"update": 0}] + [{"update": t, "k3": k} for t, k in enumerate(k3s, 1)]}
+    groups = {("a", 8): [run(0.1, [4.0, 4.2]), run(0.3, [2.0])], ("b", 8): [run(0.2, [3.0]), run(0.4, [1.0]),
+                                                                             run(0.9, [])],
+              ("a", 32): [run(0.5, [1.0]), run(0.2, [2.0]), run(0.6, [3.0])], ("a", 0): [run(0.5, [1e-9])] * 3}
+    line = report.drift_accuracy_lines(groups)[1]
+    # N = 8: finals 0.1, 0.3, 0.2, 0.4 against K3 4.1, 2, 3, 1: ranks reversed, rho -1; N = 32: finals
+    # ranked 2, 1, 3 against K3 1, 2, 3: rho = 1 - 6 * (1 + 1 + 0) / (3 * 8) = 0.5
+    assert line.endswith("over every run at each stale N: N = 8: -1.00 (4 runs); N = 32: +0.50 (3 runs).")
