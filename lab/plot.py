@@ -556,7 +556,29 @@ def direction(root: str, out: str, **_) -> None:
         ax.set_ylabel("final mean accuracy (%)")
     finish(fig, axes[0], out, f"Direction ablation: token MIS masking both sides or only the "
                               f"harmful side ({seeds_note(runs)}, min-max)",
-           lines + direction_lines(runs, final, bands, delays), runs)
+           lines + direction_lines(runs, final, bands, delays) + direction_drift_lines(runs, bands, delays), runs)
+
+
+def direction_drift_lines(runs: list, bands: list, delays: list) -> list:
+    """The direction ablation's masks and drift: per arm and N, the share of tokens the mask
+    drops and the K3 between learner and sampler, each a run's mean over its updates, as the
+    range (min-max) over seeds."""
+    per = defaultdict(lambda: defaultdict(list))  # (band, direction, delay) -> key -> run means
+    for r in runs:
+        for key in ("is_masked_frac", "k3"):
+            values = [row[key] for row in r["rows"] if row.get(key) is not None and row.get("update", 0) > 0]
+            per[(*direction_arm(r), r["delay"])][key].append(mean(values) if values else math.nan)
+    span = lambda v, scale, f: f"{scale * min(v):{f}}-{scale * max(v):{f}}"
+    lines = ["", "Masks and drift per arm (each run's mean over its updates; min-max over seeds):", "",
+             "| band | mis_direction | " + " | ".join(f"N={d}: masked (%) | N={d}: K3 x1e-3" for d in delays) + " |",
+             "| --- | --- |" + " --- | --- |" * len(delays)]
+    for band in bands:
+        for direction_ in ("both", "harmful"):
+            cells = [per.get((band, direction_, d)) for d in delays]
+            lines.append(f"| [{band[0]:g}, {band[1]:g}] | {direction_} | " + " | ".join(
+                f"{span(c['is_masked_frac'], 100, '.2g')} | {span(c['k3'], 1e3, '.3g')}" if c else " | "
+                for c in cells) + " |")
+    return lines
 
 
 def numerics(root: str, out: str, window: int = 20, **_) -> None:

@@ -171,6 +171,7 @@ def test_direction_ablation_table(tmp_path):
         for band, low, high in (("wide", 0.0, 5.0), ("narrow", 0.8, 1.2)):
             for direction_, final in (("both", 0.2), ("harmful", 0.3 + 0.1 * seed if band == "wide" else 0.2)):
                 write_run(runs, final, "grpo_mis", 32, seed, name=f"{band}_{direction_}_s{seed}",
+                          k3=0.001 * (1 + (band == "narrow")), logged={"is_masked_frac": 0.01 * (seed + 1)},
                      **{"loss_args.mis_low": low, "loss_args.mis_high": high,
                         "loss_args.mis_direction": direction_})
     out = str(tmp_path / "direction.png")
@@ -182,6 +183,9 @@ def test_direction_ablation_table(tmp_path):
                  "| [0.8, 1.2] | harmful - both (95% t; Holm p) | 0.0 ± 11.3; p = 1 |"):
         assert line in table, line
     assert table.index("[0, 5] | both") < table.index("[0.8, 1.2] | both")  # the published band first
+    # masks and drift, each run's mean over its updates (K3 = k3 x update, updates 1-10: 5.5 k3), min-max
+    # over the seeds' masked shares 1% and 2%
+    assert "| [0, 5] | harmful | 1-2 | 5.5-5.5 |" in table and "| [0.8, 1.2] | both | 1-2 | 11-11 |" in table
 
 
 def test_processors_table_pairs_runs_by_name(tmp_path):
