@@ -174,6 +174,7 @@ def fig3(root: str, out: str, **_) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     lines = ["| objective | " + " | ".join(f"N={d}" for d in delays) + " |",
              "| --- |" + " --- |" * len(delays)]
+    drift = []
     for loss in by_loss(runs):
         label, color, style = loss_style(loss, runs)
         points = [(delays.index(d), v) for (l, d), v in sorted(table.items()) if l == loss]
@@ -185,6 +186,12 @@ def fig3(root: str, out: str, **_) -> None:
         ax.plot(xs, [100 * mean(v) for _, v in points], style, marker="o", color=color, label=label)
         cells = {delays[x]: fmt(v) for x, (_, v) in zip(xs, points)}
         lines.append(f"| {label} | " + " | ".join(cells.get(d, "") for d in delays) + " |")
+        drift.append(f"| {label} | " + " | ".join(
+            fmt(k3, 1e3) if (k3 := [last_fraction(r["rows"], "k3") for r in runs
+                                    if r["loss"] == loss and r["delay"] == d]) and None not in k3 else ""
+            for d in delays) + " |")
+    lines += ["", "K3 x1e-3 between learner and sampler over the last 10% of updates (mean, min-max over seeds):",
+              "", lines[0], lines[1], *drift]
     ax.set_xticks(range(len(delays)), [str(d) for d in delays])
     ax.set_xlabel("synchronization delay N")
     ax.set_ylabel("final mean accuracy (%)")
@@ -232,7 +239,8 @@ def fig5(root: str, out: str, delay: int = 8, **_) -> None:
     rows0 = next(r for r in runs[0]["rows"] if keys[0] in r and r["update"] > 0)
     bench = keys[0].split("/")[1]
     sizes = (rows0[f"eval/{bench}/partial_count"], rows0[f"eval/{bench}/unsolved_count"])
-    table = ["| objective | final partial mean (%) | final unsolved solved (%) |", "| --- | --- | --- |"]
+    table = [f"| objective | final partial mean (%, of {sizes[0]} problems) | final unsolved solved (%, of "
+             f"{sizes[1]}) |", "| --- | --- | --- |"]
     for loss, group in by_loss(runs).items():
         label, color, style = loss_style(loss, runs)
         finals = []
@@ -281,14 +289,16 @@ def fig4(root: str, out: str, **_) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     key = eval_key(runs[0]["rows"], "mean@")
     xs0 = series(runs[0]["rows"], key)[0]
-    table = ["| objective | " + " | ".join(f"update {x}" for x in xs0) + " |",
-             "| --- |" + " --- |" * len(xs0)]
+    table = ["| objective | " + " | ".join(f"update {x}" for x in xs0) + " | K3 x1e-3, last 10% |",
+             "| --- |" + " --- |" * (len(xs0) + 1)]
     for loss, group in by_loss(runs).items():
         label, color, style = loss_style(loss, runs)
         _, per_x = curve(axes[0], group, key, 100, band=True, color=color, linestyle=style,
                          marker=".", label=label)
         curve(axes[1], group, "k3", 1e3, window=20, color=color, linestyle=style, label=label)
-        table.append(f"| {label} | " + " | ".join(fmt(v) for v in per_x) + " |")
+        k3 = [last_fraction(r["rows"], "k3") for r in group]
+        table.append(f"| {label} | " + " | ".join(fmt(v) for v in per_x)
+                     + f" | {fmt(k3, 1e3) if None not in k3 else ''} |")
     axes[0].set(title=f"{key[5:]} (%)", xlabel="optimizer updates")
     axes[1].set(title="K3 to the pool's policy (x1e-3)", xlabel="optimizer updates")
     pool = runs[0]["cfg"]["offline_pool"]

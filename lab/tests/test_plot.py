@@ -29,6 +29,8 @@ def test_fig1_fig3_fig2_fig5_fig7_from_a_ladder(tmp_path):
     # Fig. 3: mean over seeds of 0.5/0.6 and 0.25/0.35, with the min-max spread
     assert "| GRPO | 55.0 (50.0-60.0) | 30.0 (25.0-35.0) |" in _table(out["fig3"])
     assert "| GGPO | 55.0 (50.0-60.0) | 30.0 (25.0-35.0) |" in _table(out["fig3"])
+    # and K3 over the last 10% of 10 updates (update 10): 0.001 * (1 + N) * 10, x1e-3
+    assert _table(out["fig3"]).count("| GRPO | 10 (10-10) | 90 (90-90) |") == 1
     # Fig. 1 draws the N = 8 runs only: K3 = 0.001 * 9 * 10 at the last update
     assert "| GRPO | 90 (90-90) | 0.2 (0.2-0.2) | 50.0 (45.0-55.0) | 30.0 (25.0-35.0) |" \
         in _table(out["fig1"])
@@ -36,6 +38,7 @@ def test_fig1_fig3_fig2_fig5_fig7_from_a_ladder(tmp_path):
     assert "| 8 | 64 | 80 |" in _table(out["fig2"]) and "| 0 | 0 | 80 |" in _table(out["fig2"])
     # Fig. 5 at N = 8: partial mean = the final accuracy, unsolved solved = half of it
     assert "| GRPO | 30.0 (25.0-35.0) | 15.0 (12.5-17.5) |" in _table(out["fig5"])
+    assert "partial mean (%, of 50 problems) | final unsolved solved (%, of 20) |" in _table(out["fig5"])
     # Fig. 7: the last 10% of 10 updates is update 10 alone: K3 = 0.001 * (1 + N) * 10
     assert "| GGPO | 8 | 90 | 0.2 | 0.05 |  | 0.5 | 1 | 0.2 | 9 |" in _table(out["fig7"])
     assert reader.eval_key([{"eval/toy/mean@4": 1, "eval/avg/mean@4": 1}], "mean@") == "eval/toy/mean@4"
@@ -65,7 +68,7 @@ def test_fig4_fig8_fig9_fig10_from_their_grids(tmp_path):
         paths[figure] = str(tmp_path / f"{figure}.png")
         plot.main([figure, str(tmp_path / root), "--out", paths[figure]])
         assert os.path.getsize(paths[figure]) > 10_000
-    assert "| GGPO | 30.0 (30.0-30.0) | 41.0 (40.0-42.0) |" in _table(paths["fig4"])
+    assert "| GGPO | 30.0 (30.0-30.0) | 41.0 (40.0-42.0) | 10 (10-10) |" in _table(paths["fig4"])  # K3 at update 10
     assert "pool of 10 batches" in _table(paths["fig4"])
     assert _table(paths["fig8"]).startswith("GGPO: beta and reference refresh at N = 8 (1 seed)")
     assert "| β=0.1, T_ref=5 | 45.0 | 0.2 | 10 |" in _table(paths["fig8"])
@@ -277,7 +280,10 @@ def test_tables_name_their_machines_and_warn_when_processors_mix(tmp_path, capsy
         _session(runs / f"grpo_N0_s{seed}")
     out = str(tmp_path / "fig3.png")
     plot.main(["fig3", str(runs), "--out", out])
-    assert _table(out).endswith("| GRPO | 50.0 (50.0-50.0) |\n\nruns: 2 on AMD EPYC (avx2); torch 2.13.0; "
+    # the K3 table under the accuracies: write_run's k3 is 0.001 x update, so 10e-3 at update 10 (the
+    # last 10% of 10 updates)
+    assert "| GRPO | 50.0 (50.0-50.0) |\n\nK3 x1e-3 between learner and sampler" in _table(out)
+    assert _table(out).endswith("| GRPO | 10 (10-10) |\n\nruns: 2 on AMD EPYC (avx2); torch 2.13.0; "
                                 "vllm 0.32.0; transformers 5.19.0; matmul onednn; sampler vllm; threads 1; "
                                 "code at 1 commit(s) (each run's in its run_info.json)\n")
     assert "warning" not in capsys.readouterr().err
@@ -290,7 +296,7 @@ def test_tables_name_their_machines_and_warn_when_processors_mix(tmp_path, capsy
              git={"commit": "fedcba9876", "dirty": True})
     write_run(runs, 0.5, "grpo", 0, 3)
     plot.main(["fig3", str(runs), "--out", out])
-    notes = _table(out).split("|\n\n")[1].splitlines()
+    notes = _table(out).split("|\n\n")[-1].splitlines()
     intel = "Intel(R) Xeon(R) Platinum 8481C (avx2, avx512f, avx512_bf16, amx_tile)"
     assert notes == [
         f"runs: 3 on AMD EPYC (avx2), 1 on {intel}, 1 on unknown machine (no run_info.json); torch "
