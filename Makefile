@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds leaderboard-frameworks row leaderboard-lr leaderboard-long direction processors tables test setup clean
+.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds leaderboard-frameworks row leaderboard-lr leaderboard-long direction oapl-baseline processors tables test setup clean
 
 setup: .venv/ready
 
@@ -134,6 +134,11 @@ direction: .venv/ready
 	$(PY) sweep.py lab/sweeps/direction_toy.yaml --jobs auto
 	$(MAKE) tables
 
+# OAPL's baseline moved to the group mean (lab/docs/preregistration.md, section 5).
+oapl-baseline: .venv/ready
+	$(PY) sweep.py lab/sweeps/oapl_baseline_toy.yaml --jobs auto
+	$(MAKE) tables
+
 # The same nine leaderboard runs made again, against the kept ones: how far a cell moves between
 # processor kinds alone (lab/docs/leaderboard.md). One sweep file per processor kind measured (an
 # AVX-512 AMD EPYC, an AVX-512 Intel Xeon); a run whose results are kept is skipped.
@@ -157,11 +162,12 @@ tables: .venv/ready
 	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) lab/plot.py leaderboard results/leaderboard_toy_lr1.25e-5 --out lab/figures/leaderboard_lr1.25e-5_toy.png
 	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) lab/plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr1.25e-5 --out lab/figures/drift_lr1.25e-5_toy.png
 	test ! -d results/direction_toy || $(PY) lab/plot.py direction results/direction_toy --out lab/figures/direction_toy.png
+	test ! -d results/oapl_baseline_toy || $(PY) lab/plot.py ablation results/oapl_baseline_toy --against results/leaderboard_toy --out lab/figures/oapl_baseline_toy.png
 	test ! -d results/processor_toy || $(PY) lab/plot.py processors results/processor_toy --against results/leaderboard_toy --out lab/figures/processor_toy.png
 	test ! -d results/processor_intel_toy || $(PY) lab/plot.py processors results/processor_intel_toy --against results/leaderboard_toy --out lab/figures/processor_intel_toy.png
 	test ! -d results/processor_zen4_toy || $(PY) lab/plot.py processors results/processor_zen4_toy --against results/processor_toy --out lab/figures/processor_zen4_toy.png
 	test ! -d results/leaderboard_long_toy || $(PY) lab/plot.py seq-tail results/leaderboard_long_toy --against results/seq_tail_short_toy --out lab/figures/seq_tail_toy.png
-	for grid in leaderboard_toy leaderboard_toy_lr5e-5 leaderboard_toy_lr1.25e-5 drift_toy_n2 drift_toy_small_n direction_toy leaderboard_long_toy seq_tail_short_toy flash_gate_toy; do \
+	for grid in leaderboard_toy leaderboard_toy_lr5e-5 leaderboard_toy_lr1.25e-5 drift_toy_n2 drift_toy_small_n direction_toy leaderboard_long_toy seq_tail_short_toy flash_gate_toy oapl_baseline_toy; do \
 		test ! -d results/$$grid || $(PY) lab/plot.py tidy results/$$grid --out lab/figures/runs_$$grid.csv || exit 1; done
 
 # The leaderboard on the long-answer toy (configs/toy_long.yaml; lab/docs/preregistration.md, section

@@ -45,9 +45,9 @@ import losses  # noqa: E402
 from lab import stats  # noqa: E402
 from lab.reader import (base_accuracy, by, by_loss, check_one_table, direction_arm, drift_data,  # noqa: E402
                         eval_key, final_accuracy, final_mean, last_fraction, leaderboard_data, load_runs,
-                        loss_order, mean, method, processor_kind, row_label, row_order, same_rewards_through,
-                        series, tidy)
-from lab.report import (LAG_MAP_HEAD, anchor_lines, delays_note, direction_lines, drift_lines, fmt,  # noqa: E402
+                        loss_order, mean, method, processor_kind, row_label, row_order, row_settings,
+                        same_rewards_through, series, tidy)
+from lab.report import (LAG_MAP_HEAD, ablation_lines, anchor_lines, delays_note, direction_lines, drift_lines, fmt,  # noqa: E402
                         lag_map_lines, leaderboard_lines, machines, partial_score, preregistered_drift_lines, regime_lines, row_key,
                         row_summary, seed_scores, seeds_note, seq_tail_lines, seq_tail_pairs, short_table,
                         signed, tier_lines, verdict_lines, SEQ_TAIL_DELAYS, SEQ_TAIL_ESS_RATIO,
@@ -768,6 +768,31 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
            lines, runs[root] + runs[against])
 
 
+def ablation(root: str, out: str, against: str = None, **_) -> None:
+    """An ablation (root: its runs, an objective at other settings) beside the same objective at
+    its default settings (--against: a folder holding it, as results/leaderboard_toy) at the same
+    N and seeds: the table of report.ablation_lines and the final accuracy per N, each seed a dot."""
+    runs = load_runs(root)
+    made = {(r["loss"], r["delay"], r["seed"]) for r in runs}
+    base = [r for r in (load_runs(against) if against else [])
+            if (r["loss"], r["delay"], r["seed"]) in made and not row_settings(r)]
+    groups = defaultdict(list)
+    for r in base + runs:
+        groups[(method(r), r["delay"])].append(r)
+    delays = sorted({n for _, n in groups})
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, m in enumerate(dict.fromkeys(m for m, _ in groups)):
+        for x, n in enumerate(delays):
+            finals = [100 * final_mean(r) for r in groups.get((m, n), [])]
+            ax.scatter([x + 0.1 * i] * len(finals), finals, s=14, color=f"C{i}",
+                       label=row_label(m) if x == 0 else None)
+    ax.axhline(stats.DRIFT_FLOOR, color="gray", lw=0.5, ls="--", label="the floor")
+    ax.set_xticks(range(len(delays)), [str(d) for d in delays])
+    ax.set(xlabel="synchronization delay N", ylabel="final mean accuracy (%)")
+    finish(fig, [ax], out, f"Ablation beside the objective at its defaults ({seeds_note(runs)}, min-max)",
+           ablation_lines(groups), base + runs)
+
+
 def seq_tail(root: str, out: str, against: str = None, **_) -> None:
     """H3 of the long-answer study: each preregistered run of the long task (root) against the
     same row, N and seed on the short one (--against): the sequence log-ratio's 90th percentile
@@ -807,7 +832,7 @@ def seq_tail(root: str, out: str, against: str = None, **_) -> None:
 FIGURES = {"fig1": fig1, "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7,
            "fig8": fig8, "fig9": fig9, "fig10": fig10, "leaderboard": leaderboard,
            "numerics": numerics, "direction": direction, "processors": processors, "drift": drift,
-           "tidy": tidy, "seq-tail": seq_tail}
+           "tidy": tidy, "seq-tail": seq_tail, "ablation": ablation}
 
 
 def main(argv=None) -> None:

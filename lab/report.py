@@ -551,6 +551,29 @@ def drift_accuracy_lines(groups: dict) -> list:
         + "; ".join(f"N = {n}: {r:+.2f} ({k} runs)" for n, (r, k) in rho.items()) + "."]
 
 
+def ablation_lines(groups: dict) -> list:
+    """An ablation's table (`groups`: {(row, N): runs}, the ablated rows and the objective at its
+    defaults at the same N and seeds): per row and N the seeds, the final accuracy, K3 and the
+    training reward over the last 10% of updates (mean, min-max over seeds); then per row whether
+    it is off the floor at every N (the seeds' mean above stats.DRIFT_FLOOR %)."""
+    rows, delays = list(dict.fromkeys(m for m, _ in groups)), sorted({n for _, n in groups})
+    lines = ["| row | N | seeds | final mean@4 (%) | K3 x1e-3, last 10% | training reward, last 10% |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for m in rows:
+        for n in delays:
+            rs = sorted(groups.get((m, n), []), key=lambda r: r["seed"])
+            if rs:
+                last = lambda key: [last_fraction(r["rows"], key) for r in rs]
+                lines.append(f"| {row_label(m)} | {n} | {', '.join(str(r['seed']) for r in rs)} | "
+                             f"{fmt([final_mean(r) for r in rs])} | {fmt(last('k3'), 1e3)} | "
+                             f"{fmt(last('reward_mean'), 1)} |")
+    floor = lambda m: [n for n in delays if groups.get((m, n)) and
+                       100 * mean([final_mean(r) for r in groups[(m, n)]]) <= stats.DRIFT_FLOOR]
+    return lines + ["", f"Off the floor (the seeds' mean above {stats.DRIFT_FLOOR:g}% at every N): " + "; ".join(
+        f"{row_label(m)}: " + ("yes" if not floor(m) else "no, at N = " + ", ".join(map(str, floor(m))))
+        for m in rows) + "."]
+
+
 def direction_lines(runs: list, final: dict, bands: list, delays: list) -> list:
     """The direction ablation's differences under its table: per band and N, harmful - both from one
     pooled model of every run (stats.fit_cells) with its 95% t interval and Holm-adjusted p over the

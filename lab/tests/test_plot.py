@@ -553,3 +553,25 @@ def test_drift_and_accuracy_rank_correlate_per_stale_n_over_runs_with_a_drift():
     # N = 8: finals 0.1, 0.3, 0.2, 0.4 against K3 4.1, 2, 3, 1: ranks reversed, rho -1; N = 32: finals
     # ranked 2, 1, 3 against K3 1, 2, 3: rho = 1 - 6 * (1 + 1 + 0) / (3 * 8) = 0.5
     assert line.endswith("over every run at each stale N: N = 8: -1.00 (4 runs); N = 32: +0.50 (3 runs).")
+
+
+def test_ablation_table_sets_the_ablated_row_beside_the_default_at_its_n_and_seeds(tmp_path):
+    """lab/plot.py ablation: OAPL at oapl_beta1 100 (root) beside OAPL at its defaults (--against)
+    at the same N and seeds only (the default's seed 5 is left out); final accuracy, K3 and reward
+    over the last 10% of 10 updates (update 10: k3 0.001 x 10, reward 0.1 + 0.01 x 10); off the
+    floor where the seeds' mean is above 5% at every N."""
+    ablated, default = tmp_path / "ablation", tmp_path / "leaderboard"
+    for seed in (0, 1):
+        for delay, final in ((8, 0.30 + 0.1 * seed), (32, 0.02 + 0.04 * seed)):
+            write_run(ablated, final, "oapl", delay, seed, name=f"oapl_N{delay}_s{seed}_oapl_beta1-100.0",
+                      **{"loss_args.oapl_beta1": 100.0})
+            write_run(default, 0.0, "oapl", delay, seed)
+    write_run(default, 0.5, "oapl", 8, 5)
+    out = str(tmp_path / "ablation.png")
+    plot.main(["ablation", str(ablated), "--against", str(default), "--out", out])
+    table = _table(out)
+    assert "| OAPL | 8 | 0, 1 | 0.0 (0.0-0.0) | 10 (10-10) | 0.2 (0.2-0.2) |" in table
+    assert "| OAPL (oapl_beta1 100) | 8 | 0, 1 | 35.0 (30.0-40.0) | 10 (10-10) | 0.2 (0.2-0.2) |" in table
+    assert "| OAPL (oapl_beta1 100) | 32 | 0, 1 | 4.0 (2.0-6.0) |" in table
+    assert "Off the floor (the seeds' mean above 5% at every N): OAPL: no, at N = 8, 32; " \
+           "OAPL (oapl_beta1 100): no, at N = 32." in table
