@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds leaderboard-frameworks row leaderboard-lr leaderboard-long direction oapl-baseline processors tables test setup clean
+.PHONY: demo fig3 fig4 fig8 fig10 figs leaderboard leaderboard-seeds leaderboard-frameworks row leaderboard-lr leaderboard-long direction ablations processors tables test setup clean
 
 setup: .venv/ready
 
@@ -134,9 +134,11 @@ direction: .venv/ready
 	$(PY) sweep.py lab/sweeps/direction_toy.yaml --jobs auto
 	$(MAKE) tables
 
-# OAPL's baseline moved to the group mean (lab/docs/preregistration.md, section 5).
-oapl-baseline: .venv/ready
+# The preregistered ablations of two mechanism hypotheses (lab/docs/preregistration.md, sections 5
+# and 6): OAPL's baseline moved to the group mean; FlashREINFORCE's gate loosened step by step.
+ablations: .venv/ready
 	$(PY) sweep.py lab/sweeps/oapl_baseline_toy.yaml --jobs auto
+	$(PY) sweep.py lab/sweeps/flash_gate_toy.yaml --jobs auto
 	$(MAKE) tables
 
 # The same nine leaderboard runs made again, against the kept ones: how far a cell moves between
@@ -163,6 +165,7 @@ tables: .venv/ready
 	test ! -d results/leaderboard_toy_lr1.25e-5 || $(PY) lab/plot.py drift results/leaderboard_toy --against results/leaderboard_toy_lr1.25e-5 --out lab/figures/drift_lr1.25e-5_toy.png
 	test ! -d results/direction_toy || $(PY) lab/plot.py direction results/direction_toy --out lab/figures/direction_toy.png
 	test ! -d results/oapl_baseline_toy || $(PY) lab/plot.py ablation results/oapl_baseline_toy --against results/leaderboard_toy --out lab/figures/oapl_baseline_toy.png
+	test ! -d results/flash_gate_toy || $(PY) lab/plot.py ablation results/flash_gate_toy --against results/leaderboard_toy --out lab/figures/flash_gate_toy.png
 	test ! -d results/processor_toy || $(PY) lab/plot.py processors results/processor_toy --against results/leaderboard_toy --out lab/figures/processor_toy.png
 	test ! -d results/processor_intel_toy || $(PY) lab/plot.py processors results/processor_intel_toy --against results/leaderboard_toy --out lab/figures/processor_intel_toy.png
 	test ! -d results/processor_zen4_toy || $(PY) lab/plot.py processors results/processor_zen4_toy --against results/processor_toy --out lab/figures/processor_zen4_toy.png
