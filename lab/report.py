@@ -553,12 +553,13 @@ def drift_accuracy_lines(groups: dict) -> list:
 
 def ablation_lines(groups: dict) -> list:
     """An ablation's table (`groups`: {(row, N): runs}, the ablated rows and the objective at its
-    defaults at the same N and seeds): per row and N the seeds, the final accuracy, K3 and the
-    training reward over the last 10% of updates (mean, min-max over seeds); then per row whether
+    defaults at the same N and seeds): per row and N the seeds, the final accuracy, K3, the
+    training reward and the masked share (blank where the objective logs none) over the last 10%
+    of updates (mean, min-max over seeds); then per row whether
     it is off the floor at every N (the seeds' mean above stats.DRIFT_FLOOR %)."""
     rows, delays = list(dict.fromkeys(m for m, _ in groups)), sorted({n for _, n in groups})
-    lines = ["| row | N | seeds | final mean@4 (%) | K3 x1e-3, last 10% | training reward, last 10% |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| row | N | seeds | final mean@4 (%) | K3 x1e-3, last 10% | training reward, last 10% | "
+             "masked (%), last 10% |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for m in rows:
         for n in delays:
             rs = sorted(groups.get((m, n), []), key=lambda r: r["seed"])
@@ -566,7 +567,8 @@ def ablation_lines(groups: dict) -> list:
                 last = lambda key: [last_fraction(r["rows"], key) for r in rs]
                 lines.append(f"| {row_label(m)} | {n} | {', '.join(str(r['seed']) for r in rs)} | "
                              f"{fmt([final_mean(r) for r in rs])} | {fmt(last('k3'), 1e3)} | "
-                             f"{fmt(last('reward_mean'), 1)} |")
+                             f"{fmt(last('reward_mean'), 1)} | "
+                             f"{fmt(last('is_masked_frac')) if None not in last('is_masked_frac') else ''} |")
     floor = lambda m: [n for n in delays if groups.get((m, n)) and
                        100 * mean([final_mean(r) for r in groups[(m, n)]]) <= stats.DRIFT_FLOOR]
     return lines + ["", f"Off the floor (the seeds' mean above {stats.DRIFT_FLOOR:g}% at every N): " + "; ".join(

@@ -564,14 +564,15 @@ def test_ablation_table_sets_the_ablated_row_beside_the_default_at_its_n_and_see
     for seed in (0, 1):
         for delay, final in ((8, 0.30 + 0.1 * seed), (32, 0.02 + 0.04 * seed)):
             write_run(ablated, final, "oapl", delay, seed, name=f"oapl_N{delay}_s{seed}_oapl_beta1-100.0",
-                      **{"loss_args.oapl_beta1": 100.0})
+                      logged={"is_masked_frac": 0.5}, **{"loss_args.oapl_beta1": 100.0})
             write_run(default, 0.0, "oapl", delay, seed)
     write_run(default, 0.5, "oapl", 8, 5)
     out = str(tmp_path / "ablation.png")
     plot.main(["ablation", str(ablated), "--against", str(default), "--out", out])
     table = _table(out)
-    assert "| OAPL | 8 | 0, 1 | 0.0 (0.0-0.0) | 10 (10-10) | 0.2 (0.2-0.2) |" in table
-    assert "| OAPL (oapl_beta1 100) | 8 | 0, 1 | 35.0 (30.0-40.0) | 10 (10-10) | 0.2 (0.2-0.2) |" in table
+    assert "| OAPL | 8 | 0, 1 | 0.0 (0.0-0.0) | 10 (10-10) | 0.2 (0.2-0.2) |  |" in table  # no mask logged
+    assert "| OAPL (oapl_beta1 100) | 8 | 0, 1 | 35.0 (30.0-40.0) | 10 (10-10) | 0.2 (0.2-0.2) | 50.0 (50.0-50.0) |" \
+        in table
     assert "| OAPL (oapl_beta1 100) | 32 | 0, 1 | 4.0 (2.0-6.0) |" in table
     assert "Off the floor (the seeds' mean above 5% at every N): OAPL: no, at N = 8, 32; " \
            "OAPL (oapl_beta1 100): no, at N = 32." in table

@@ -492,3 +492,18 @@ def test_the_long_answer_reading_is_the_generated_h3_verdict():
         assert "pairs of PPO against the sampler and of GRPO+TIS are not heavier" in " ".join(page.split())
         _, body = report.table_rows(table.split("\n\n")[1])
         assert {cells[0] for cells in body if cells[-1] == "no"} == {"PPO vs sampler (GRPO, behavior anchor)", "GRPO+TIS"}
+
+
+def test_the_oapl_baseline_reading_is_the_generated_verdict():
+    """lab/docs/leaderboard-studies.md reads preregistration section 5 from
+    lab/figures/oapl_baseline_toy.md (make tables): OAPL with the group mean as baseline off the
+    floor at N = 8 and 32, at its defaults on it, and the ablated row below the base model at both."""
+    page = " ".join(open(os.path.join(ROOT, "lab", "docs", "leaderboard-studies.md")).read().split())
+    table = open(os.path.join(FIGURES, "oapl_baseline_toy.md")).read()
+    off = re.search(r"^Off the floor \(the seeds' mean above 5% at every N\): (.*)\.$", table, re.M).group(1)
+    assert off == "OAPL: no, at N = 8, 32; OAPL (oapl_beta1 100): yes"
+    assert "It survives: with the mean as baseline OAPL ends off the floor at both N" in page
+    base = float(re.search(r"The base model .*?: ([\d.]+) \(", leaderboard_rows("leaderboard_toy.md")[0]).group(1))
+    _, body = report.table_rows(table.split("\n\n")[1])
+    ablated = [float(cells[3].split()[0]) for cells in body if cells[0] == "OAPL (oapl_beta1 100)"]
+    assert len(ablated) == 2 and max(ablated) < base
