@@ -56,6 +56,8 @@ def test_committed_tables_are_what_make_tables_makes_from_results(tmp_path):
                                             ("leaderboard", "results/leaderboard_toy_lr1.25e-5"),
                                             ("drift", "results/leaderboard_toy"),
                                             ("direction", "results/direction_toy"),
+                                            ("ablation", "results/oapl_baseline_toy"),
+                                            ("ablation", "results/flash_gate_toy"),
                                             ("processors", "results/processor_toy"),
                                             ("processors", "results/processor_intel_toy"),
                                             ("processors", "results/processor_zen4_toy"),
@@ -507,3 +509,22 @@ def test_the_oapl_baseline_reading_is_the_generated_verdict():
     _, body = report.table_rows(table.split("\n\n")[1])
     ablated = [float(cells[3].split()[0]) for cells in body if cells[0] == "OAPL (oapl_beta1 100)"]
     assert len(ablated) == 2 and max(ablated) < base
+
+
+def test_the_flash_gate_reading_is_the_preregistered_rule_on_the_generated_table():
+    """lab/docs/leaderboard-studies.md reads preregistration section 6 from
+    lab/figures/flash_gate_toy.md (make tables): a gated threshold above the default survives if
+    its seeds' mean at N = 32 is 10 points or more above both the default's and the ungated row's;
+    only flash_delta 0.1 does, by under a point beyond the rule; every gated row masks most of
+    the tokens (last 10%) and ends below the base model."""
+    page = " ".join(open(os.path.join(ROOT, "lab", "docs", "leaderboard-studies.md")).read().split())
+    table = open(os.path.join(FIGURES, "flash_gate_toy.md")).read()
+    _, body = report.table_rows(table.split("\n\n")[1])
+    rows = {cells[0]: (float(cells[3].split()[0]), float(cells[6].split()[0])) for cells in body}
+    default, ungated = rows.pop("FlashREINFORCE")[0], rows.pop("FlashREINFORCE (flash_delta 14)")[0]
+    margin = {m: mean - max(default, ungated) for m, (mean, _) in rows.items()}
+    assert len(rows) == 5 and {m for m, d in margin.items() if d >= 10} == {"FlashREINFORCE (flash_delta 0.1)"}
+    assert margin["FlashREINFORCE (flash_delta 0.1)"] < 11
+    assert "It survives by the preregistered rule, narrowly: at flash_delta 0.1" in page
+    base = float(re.search(r"The base model .*?: ([\d.]+) \(", leaderboard_rows("leaderboard_toy.md")[0]).group(1))
+    assert all(masked > 50 and mean < base for mean, masked in rows.values())
