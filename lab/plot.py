@@ -46,7 +46,7 @@ from lab import stats  # noqa: E402
 from lab.reader import (base_accuracy, by, by_loss, check_one_table, direction_arm, drift_data,  # noqa: E402
                         eval_key, final_accuracy, final_mean, last_fraction, leaderboard_data, load_runs,
                         loss_order, mean, method, processor_kind, row_label, row_order, row_settings,
-                        same_rewards_through, series, tidy)
+                        run_mean, same_rewards_through, series, tidy)
 from lab.report import (LAG_MAP_HEAD, ablation_lines, anchor_lines, delays_note, direction_lines, drift_lines, fmt,  # noqa: E402
                         lag_map_lines, leaderboard_lines, machines, partial_score, preregistered_drift_lines, regime_lines, row_key,
                         row_summary, seed_scores, seeds_note, seq_tail_lines, seq_tail_pairs, short_table,
@@ -175,7 +175,7 @@ def fig3(root: str, out: str, **_) -> None:
     lines = ["| objective | " + " | ".join(f"N={d}" for d in delays) + " |",
              "| --- |" + " --- |" * len(delays)]
     drift = []
-    for loss in by_loss(runs):
+    for loss, group in by_loss(runs).items():
         label, color, style = loss_style(loss, runs)
         points = [(delays.index(d), v) for (l, d), v in sorted(table.items()) if l == loss]
         if not points:
@@ -187,8 +187,8 @@ def fig3(root: str, out: str, **_) -> None:
         cells = {delays[x]: fmt(v) for x, (_, v) in zip(xs, points)}
         lines.append(f"| {label} | " + " | ".join(cells.get(d, "") for d in delays) + " |")
         drift.append(f"| {label} | " + " | ".join(
-            fmt(k3, 1e3) if (k3 := [last_fraction(r["rows"], "k3") for r in runs
-                                    if r["loss"] == loss and r["delay"] == d]) and None not in k3 else ""
+            fmt(k3, 1e3) if (k3 := [last_fraction(r["rows"], "k3") for r in group if r["delay"] == d])
+            and None not in k3 else ""
             for d in delays) + " |")
     lines += ["", "K3 x1e-3 between learner and sampler over the last 10% of updates (mean, min-max over seeds):",
               "", lines[0], lines[1], *drift]
@@ -576,8 +576,8 @@ def direction_drift_lines(runs: list, bands: list, delays: list) -> list:
     per = defaultdict(lambda: defaultdict(list))  # (band, direction, delay) -> key -> run means
     for r in runs:
         for key in ("is_masked_frac", "k3"):
-            values = [row[key] for row in r["rows"] if row.get(key) is not None and row.get("update", 0) > 0]
-            per[(*direction_arm(r), r["delay"])][key].append(mean(values) if values else math.nan)
+            value = run_mean(r, key)
+            per[(*direction_arm(r), r["delay"])][key].append(math.nan if value is None else value)
     span = lambda v, scale, f: f"{scale * min(v):{f}}-{scale * max(v):{f}}"
     lines = ["", "Masks and drift per arm (each run's mean over its updates; min-max over seeds):", "",
              "| band | mis_direction | " + " | ".join(f"N={d}: masked (%) | N={d}: K3 x1e-3" for d in delays) + " |",

@@ -251,6 +251,13 @@ TIDY_DIAGNOSTICS = ("k3", "entropy", "grad_norm", "reward_mean", "response_len_m
                     "is_seq_log_ratio_max", "is_seq_log_ratio_q90", "is_seq_ess")
 
 
+def run_mean(run: dict, key: str):
+    """The mean of a per-update metric over the run's updates (update 0 logs none), or None
+    where the run logged none."""
+    values = [row[key] for row in run["rows"] if row.get(key) is not None and row.get("update", 0) > 0]
+    return mean(values) if values else None
+
+
 def tidy(root: str, out: str, **_) -> None:
     """One row per kept run, as CSV (pandas.read_csv reads it in one line): its row (method), the
     objective and its settings off the defaults (JSON), N, seed, lr, processor kind, rounding
@@ -262,14 +269,13 @@ def tidy(root: str, out: str, **_) -> None:
     paths, rows = measured_paths(runs)[0], []
     for r in sorted(runs, key=lambda r: r["name"]):
         late = late_evaluations(r)
-        logged = lambda k: [row[k] for row in r["rows"] if row.get(k) is not None and row.get("update", 0) > 0]
         rows.append({"run": r["name"], "row": method(r), "objective": r["loss"],
                      "settings": json.dumps(row_settings(r), sort_keys=True), "N": r["delay"], "seed": r["seed"],
                      "lr": r["cfg"]["lr"], "processor": " + ".join(dict.fromkeys(processor_kind(s) for s in r["sessions"])),
                      "recorded_path": recorded_path(r), "rounding_path": paths[recorded_path(r)],
                      "final": 100 * final_mean(r),
                      "late_mean": 100 * late[1] if late else None,
-                     **{k: mean(v) if (v := logged(k)) else None for k in TIDY_DIAGNOSTICS}})
+                     **{k: run_mean(r, k) for k in TIDY_DIAGNOSTICS}})
     frame = pd.DataFrame(rows)
     frame.to_csv(out, index=False, float_format="%.6g")
     print(f"wrote {out}: {len(frame)} runs")
@@ -356,7 +362,10 @@ def same_rewards_through(a: dict, b: dict) -> int:
 
 def run_drift(run: dict) -> float:
     """The drift a run's batches carry: its mean K3 between learner and sampler over its updates."""
-    return mean([row["k3"] for row in run["rows"] if row.get("k3") is not None])
+    drift = run_mean(run, "k3")
+    if drift is None:
+        raise ValueError(f"{run['name']} logged no k3: the drift its batches carried is unknown")
+    return drift
 
 
 def drift_data(runs: list) -> pd.DataFrame:

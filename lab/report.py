@@ -12,7 +12,7 @@ import pandas as pd
 from lab import stats
 from lab.reader import (LATE_EVALS, LATE_SPAN, base_accuracy, direction_arm, final_mean, last_fraction,
                         late_evaluations, leaderboard_data, mean, method, processor_kind, recorded_path,
-                        row_label, run_drift)
+                        row_label, run_mean)
 
 
 def machines(runs: list) -> tuple:
@@ -537,12 +537,12 @@ def leaderboard_lines(result: dict, ranked: list, cells: dict, groups: dict, del
 
 def drift_accuracy_lines(groups: dict) -> list:
     """Per stale N, Spearman's rho between the runs' final accuracy and the drift their batches
-    carried (reader.run_drift), over every run at that N (`groups`: {(method, N): runs})."""
+    carried (its mean K3, reader.run_mean), over every run at that N that logged one (`groups`: {(method, N): runs})."""
     from scipy.stats import spearmanr
     per_n = defaultdict(list)
     for (_, n), rs in groups.items():
-        per_n[n] += [(r["final"], run_drift(r)) for r in rs
-                     if n > 0 and any(row.get("k3") is not None for row in r["rows"])]
+        if n > 0:
+            per_n[n] += [(r["final"], k3) for r in rs if (k3 := run_mean(r, "k3")) is not None]
     rho = {n: (spearmanr(*zip(*v)).statistic, len(v)) for n, v in sorted(per_n.items()) if len(v) > 2}
     return [] if not rho else [
         "", "**Drift and accuracy** (a correlation, not a cause: drift is partly an outcome, a learner "
@@ -565,10 +565,10 @@ def ablation_lines(groups: dict) -> list:
             rs = sorted(groups.get((m, n), []), key=lambda r: r["seed"])
             if rs:
                 last = lambda key: [last_fraction(r["rows"], key) for r in rs]
+                masked = last("is_masked_frac")
                 lines.append(f"| {row_label(m)} | {n} | {', '.join(str(r['seed']) for r in rs)} | "
                              f"{fmt([final_mean(r) for r in rs])} | {fmt(last('k3'), 1e3)} | "
-                             f"{fmt(last('reward_mean'), 1)} | "
-                             f"{fmt(last('is_masked_frac')) if None not in last('is_masked_frac') else ''} |")
+                             f"{fmt(last('reward_mean'), 1)} | {fmt(masked) if None not in masked else ''} |")
     floor = lambda m: [n for n in delays if groups.get((m, n)) and
                        100 * mean([final_mean(r) for r in groups[(m, n)]]) <= stats.DRIFT_FLOOR]
     return lines + ["", f"Off the floor (the seeds' mean above {stats.DRIFT_FLOOR:g}% at every N): " + "; ".join(

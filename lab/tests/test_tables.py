@@ -111,7 +111,7 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     assert above(rows["REC-OneSide-NoIS"][VS_PPO]) and above(rows["AsymRE"][VS_PPO])
     assert not any(above(rows[m][VS_PPO]) for m in ("TRM", "PPO+outlier RS (SkyRL's mask)", "BAPO", "DPPO-KL"))
     assert float(rows["AsymRE"]["drop from N=0 (95%)"].split(" ± ")[0]) > 0
-    base = float(re.search(r"The base model .*?: ([\d.]+) \(", text).group(1))
+    base = base_model(text)
     assert all(float(re.findall(r"[\d.]+", rows[m][f"N={n}"])[-1]) < base
                for m in ("OAPL", "FlashREINFORCE") for n in (8, 32, 128))
     levene = re.search(r"Levene across N: W = [\d.]+, p = ([\d.e-]+); across methods within each N: (.*)\.", text)
@@ -166,6 +166,11 @@ def paired_above(rows, m, ref):
     """The second analysis puts m above the reference (Holm, family-wise 5%)."""
     d, p = rows[m][ref]
     return d > 0 and p < 0.05
+
+
+def base_model(text):
+    """The base model's accuracy (%) a leaderboard table prints under it."""
+    return float(re.search(r"The base model .*?: ([\d.]+) \(", text).group(1))
 
 
 def leaderboard_rows(name):
@@ -505,7 +510,7 @@ def test_the_oapl_baseline_reading_is_the_generated_verdict():
     off = re.search(r"^Off the floor \(the seeds' mean above 5% at every N\): (.*)\.$", table, re.M).group(1)
     assert off == "OAPL: no, at N = 8, 32; OAPL (oapl_beta1 100): yes"
     assert "It survives: with the mean as baseline OAPL ends off the floor at both N" in page
-    base = float(re.search(r"The base model .*?: ([\d.]+) \(", leaderboard_rows("leaderboard_toy.md")[0]).group(1))
+    base = base_model(leaderboard_rows("leaderboard_toy.md")[0])
     _, body = report.table_rows(table.split("\n\n")[1])
     ablated = [float(cells[3].split()[0]) for cells in body if cells[0] == "OAPL (oapl_beta1 100)"]
     assert len(ablated) == 2 and max(ablated) < base
@@ -526,5 +531,5 @@ def test_the_flash_gate_reading_is_the_preregistered_rule_on_the_generated_table
     assert len(rows) == 5 and {m for m, d in margin.items() if d >= 10} == {"FlashREINFORCE (flash_delta 0.1)"}
     assert margin["FlashREINFORCE (flash_delta 0.1)"] < 11
     assert "It survives by the preregistered rule, narrowly: at flash_delta 0.1" in page
-    base = float(re.search(r"The base model .*?: ([\d.]+) \(", leaderboard_rows("leaderboard_toy.md")[0]).group(1))
+    base = base_model(leaderboard_rows("leaderboard_toy.md")[0])
     assert all(masked > 50 and mean < base for mean, masked in rows.values())
