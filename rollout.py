@@ -490,9 +490,7 @@ def pool_recipe(cfg: dict) -> dict:
     """What an offline pool's responses depend on; a run refuses a pool made with another."""
     keys = ["model", "task", "prompt_template", "group_size", "prompts_per_update", "max_tokens",
             "temperature", "stop_strings", "behavior_logp", "grade_timeout_s"]
-    keys += ["toy_digits"] if cfg["task"] == "toy" else ["train_data"]
-    # toy_terms only off its default: a pool of two-term sums made before the knob stays valid
-    keys += ["toy_terms"] * (cfg["task"] == "toy" and cfg["toy_terms"] != tasks.TOY_TERMS)
+    keys += ["toy_digits", "toy_terms"] if cfg["task"] == "toy" else ["train_data"]
     recipe = {k: cfg[k] for k in keys}
     recipe.update(sampler_dtype=cfg["sampler_dtype"] or cfg["dtype"],
                   batches=cfg["offline_pool"]["batches"], seed=cfg["offline_pool"]["seed"])

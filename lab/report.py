@@ -315,8 +315,8 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
     sd, pairs = result["sd_score"], max(1, len(result["pairs"]))
     vs = max(1, result.get("vs_family", 1))
     lines += ["", f"**Seeds a comparison needs** (per row, {stats.POWER:.0%} power, two-sided, "
-              f"Bonferroni over the family; per-seed SD of a score {sd:.2f} points for a pair of "
-              "spread 1: a pair's scales with the root mean square of its two spreads):", "",
+              f"Bonferroni over the family, a normal approximation; per-seed SD of a score {sd:.2f} points "
+              "for a pair of spread 1: a pair's scales with the root mean square of its two spreads):", "",
               "| difference (points) | " + " | ".join(map(str, POWER_DELTAS)) + " |",
               "| --- |" + " --- |" * len(POWER_DELTAS),
               f"| tiers ({pairs} pairs) | " + " | ".join(str(stats.seeds_needed(d, sd, pairs))
@@ -325,7 +325,8 @@ def model_lines(result: dict, data: pd.DataFrame, order: list, delays: list) -> 
                   str(stats.seeds_needed(d, sd, vs)) for d in POWER_DELTAS) + " |"]
     touching = stats.touching_rows(result, LADDER_SEEDS)
     lines += ["", f"Rows in a pair the tiers leave open that {LADDER_SEEDS} seeds per row would settle "
-              f"at its observed difference and the pair's spreads (the fewest seeds that would): "
+              f"at its observed difference (the fewest seeds per row that would, from the pair's own standard "
+              f"error and degrees of freedom scaled to more seeds, with t quantiles): "
               + (", ".join(f"{name(m)} {n}" for m, n in touching.items()) or "none") + "."]
     return lines
 

@@ -86,7 +86,11 @@ fewer than one resting on many):
   sigma[N]^2) / len(STALE_DELAYS) (a pair's: sd sqrt((lambda_a^2 + lambda_b^2) / 2)), gives
   seeds per row for 80% power to find a difference delta at the Bonferroni level of a family
   of f comparisons (Holm's first step, so conservative):
-  n = 2 sd^2 (z[1 - 0.05 / 2f] + z[0.8])^2 / delta^2.
+  n = 2 sd^2 (z[1 - 0.05 / 2f] + z[0.8])^2 / delta^2 (the table under the leaderboard, a
+  normal approximation). The rows where more seeds would settle a tier boundary take each
+  unresolved pair's own standard error and Satterthwaite df, scaled from the seeds it has to n
+  (se sqrt(n_now / n), df (n - 1) / (n_now - 1)), and t quantiles on that df in place of z:
+  at three or four seeds the t test needs several seeds more than the normal formula says.
 - variance components (reported, not used): for the path and the seed, from the factor's F
   test, tau^2 = max(0, F - 1) s^2 / n0, the ANOVA moment estimate for unequal group sizes
   (n0 = (n - sum n_i^2 / n) / (L - 1), n_i runs at level i of L; s^2 the mean of sigma[N]^2):
@@ -534,11 +538,20 @@ def letter_display(names: list, est: list, different: list) -> dict:
     return {n: "".join(LETTERS[k] for k, g in enumerate(groups) if n in g) for n in names}
 
 
-def seeds_needed(delta: float, sd_score: float, family: int) -> int:
-    """Seeds per row for POWER to find a difference `delta` between two rows' scores at the
-    Bonferroni level ALPHA / family (two-sided; a normal approximation)."""
-    z = scipy.stats.norm.ppf(1 - ALPHA / (2 * family)) + scipy.stats.norm.ppf(POWER)
-    return math.ceil(2 * sd_score ** 2 * z ** 2 / delta ** 2)
+def seeds_needed(delta: float, sd_score: float, family: int, df_per_seed: float = math.inf) -> int:
+    """The fewest seeds per row (at least 2) for POWER to find a difference `delta` between two
+    rows' scores at the Bonferroni level ALPHA / family (two-sided): the n with delta >=
+    sd_score sqrt(2 / n) (t[1 - ALPHA / 2 family] + t[POWER]), both quantiles on df_per_seed (n - 1)
+    degrees of freedom (infinite: the normal approximation)."""
+    def enough(n):
+        df = df_per_seed * (n - 1)
+        q = scipy.stats.t.ppf(1 - ALPHA / (2 * family), df) + scipy.stats.t.ppf(POWER, df)
+        return delta >= sd_score * math.sqrt(2 / n) * q
+    n = max(2, math.ceil(2 * sd_score ** 2 * (scipy.stats.norm.ppf(1 - ALPHA / (2 * family))
+                                               + scipy.stats.norm.ppf(POWER)) ** 2 / delta ** 2))
+    while not enough(n):  # t quantiles exceed the normal ones: start at the normal n, go up
+        n += 1
+    return n
 
 
 def check_one_setting(data: pd.DataFrame) -> None:
@@ -574,10 +587,11 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool 
     have = set(zip(data["method"], data["N"]))
     seeds = data.groupby(["method", "N"])["seed"].nunique()
     methods = sorted({m for m in data["method"] if all(seeds.get((m, n), 0) >= MIN_SEEDS for n in STALE_DELAYS)})
+    fewest = {m: min(int(seeds[(m, n)]) for n in STALE_DELAYS) for m in methods}
     share = 1 / len(STALE_DELAYS)
     score_l, est, cov, half = scores(fit, methods)
     shared = sorted(set(cell_of.values()))
-    out = {"fit": fit, "sigma": sigma, "df": fit.df_resid, "methods": methods, "n_runs": len(data),
+    out = {"fit": fit, "sigma": sigma, "df": fit.df_resid, "methods": methods, "n_runs": len(data), "seeds": fewest,
            "n_fitted": len(frame), "frame": frame, "shared": {c.removesuffix("@0"): int((frame["cell"] == c).sum()) for c in shared},
            "spread": fit.spread, "prior_df": fit.prior_df,
            # the methods whose own variance the intervals take: {method: own SD / moderated SD}
@@ -592,7 +606,7 @@ def fit_leaderboard(data: pd.DataFrame, by_method: bool = True, own_floor: bool 
     out.update(reference_family(fit, methods, score_l, cov, rng, draws))
     out["paired"] = seed_paired(data, methods)
     if not methods:  # no method has every stale N yet: cells only
-        out.update(tiers={}, pairs={}, pairs_raw={}, rank={})
+        out.update(tiers={}, pairs={}, pairs_raw={}, pair_se={}, rank={})
     else:
         out.update(tiers(methods, est, cov, lambda i, j: contrast_df(fit, score_l[i] - score_l[j])))
     out["sd_score"] = math.sqrt(sum(sigma[n] ** 2 for n in STALE_DELAYS if n in sigma)) / len(STALE_DELAYS)
@@ -703,16 +717,18 @@ def seed_paired(data: pd.DataFrame, methods: list) -> dict:
 
 
 def tiers(methods: list, est, cov, df) -> dict:
-    """{tiers: letters, pairs: {(a, b): Holm-adjusted p}, pairs_raw: {(a, b): unadjusted p}, rank:
-    rank intervals (rank_sets)} of the scores est with covariance cov, Holm over all pairs;
+    """{tiers: letters, pairs: {(a, b): Holm-adjusted p}, pairs_raw: {(a, b): unadjusted p},
+    pair_se: {(a, b): (the difference's standard error, its df)}, rank: rank intervals
+    (rank_sets)} of the scores est with covariance cov, Holm over all pairs;
     df(i, j): a pair's degrees of freedom."""
     pairs, p_raw = _pair_p(est, cov, df)
     p_holm = multipletests(p_raw, alpha=ALPHA, method="holm")[1] if pairs else np.zeros(0)
+    se = {(methods[i], methods[j]): (math.sqrt(cov[i, i] + cov[j, j] - 2 * cov[i, j]), df(i, j)) for i, j in pairs}
     different = [(methods[i], methods[j]) for (i, j), p in zip(pairs, p_holm) if p < ALPHA]
     return {"tiers": letter_display(methods, list(est), different),
             "pairs": {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_holm)},
             "pairs_raw": {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_raw)},
-            "rank": rank_sets(methods, list(est), different)}
+            "pair_se": se, "rank": rank_sets(methods, list(est), different)}
 
 
 def rank_sets(names: list, est: list, different: list) -> dict:
@@ -731,15 +747,20 @@ def rank_sets(names: list, est: list, different: list) -> dict:
 
 def touching_rows(result: dict, max_seeds: int) -> dict:
     """{method: the fewest seeds per row that would resolve one of its unresolved pairs} for the
-    methods in a pair the tiers cannot tell apart but that `max_seeds` seeds per row would (at
-    the observed difference, the pairwise family's Bonferroni level, the pair's per-seed SD
-    sd_score x sqrt((lambda_a^2 + lambda_b^2) / 2)): where more seeds decide a tier boundary."""
+    methods in a pair the tiers cannot tell apart but that `max_seeds` seeds per row would: at
+    the observed difference and the pairwise family's Bonferroni level (Holm's first step), with
+    the pair's own standard error and degrees of freedom (`pair_se`) scaled from the n seeds the
+    pair has now (the harmonic mean of its two rows' fewest seeds at a stale N) to n' seeds as
+    sqrt(n / n') and (n' - 1) / (n - 1): where more seeds decide a tier boundary. An unresolved
+    pair needs more seeds than it has (its Holm p is at least its Bonferroni one)."""
     family = max(1, len(result["pairs"]))
-    need, spread = {}, result["spread"]
+    need, seeds = {}, result["seeds"]
     for (a, b), p in result["pairs"].items():
         delta = abs(result["score_at_average"][a][0] - result["score_at_average"][b][0])
         if p >= ALPHA and delta > 0:
-            n = seeds_needed(delta, result["sd_score"] * math.sqrt((spread[a] ** 2 + spread[b] ** 2) / 2), family)
+            se, df = result["pair_se"][(a, b)]
+            now = 2 / (1 / seeds[a] + 1 / seeds[b])
+            n = seeds_needed(delta, se * math.sqrt(now / 2), family, df / (now - 1))
             if n <= max_seeds:
                 for m in (a, b):
                     need[m] = min(need.get(m, n), n)

@@ -67,5 +67,6 @@ def test_offline_pool_of_another_recipe_is_refused(tmp_path):
     (tmp_path / "pool").mkdir()
     (tmp_path / "pool" / "recipe.json").write_text(json.dumps(rollout.pool_recipe(cfg)))
     train.preflight(cfg)  # the same recipe passes
+    assert rollout.pool_recipe(cfg)["toy_terms"] == {"2": 1}  # which sums: the long toy's pools differ
     with pytest.raises(ValueError, match=r"another recipe \(max_tokens: 16 -> 8\)"):
         train.preflight(_offline(tmp_path, "b", max_tokens=8))

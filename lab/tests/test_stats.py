@@ -321,6 +321,22 @@ def test_seeds_needed_by_hand():
     assert stats.seeds_needed(10, 5, 1) == 4  # a quarter: 3.93 -> 4
 
 
+def test_seeds_for_an_unresolved_pair_come_from_its_own_error_on_t_quantiles():
+    """Pair (a, b): 5 points apart, standard error 2 on 4 df at 3 seeds each, so per seed an SD
+    of 2 sqrt(3 / 2) = 2.449 and 2 df. Two pairs make the family, so the level is 0.05 / 4 per
+    side; at n seeds, 2.449 sqrt(2 / n) (t[0.9875] + t[0.8]) on 2 (n - 1) df is 5.640 at n = 5
+    (3.6404) and 4.968 at n = 6 (3.5128), the first below 5: 6 seeds, where the normal formula
+    says 5 (2 x 6 x (2.2414 + 0.8416)^2 / 25 = 4.56 -> 5).
+    The resolved pair (a, c) names no one; with at most 5 seeds allowed, neither does (a, b)."""
+    result = {"pairs": {("a", "b"): 0.2, ("a", "c"): 0.01},
+              "score_at_average": {"a": (50.0, 1.0), "b": (45.0, 1.0), "c": (30.0, 1.0)},
+              "pair_se": {("a", "b"): (2.0, 4.0), ("a", "c"): (2.0, 4.0)}, "seeds": {"a": 3, "b": 3, "c": 3}}
+    assert stats.touching_rows(result, 10) == {"a": 6, "b": 6}
+    assert stats.touching_rows(result, 5) == {}
+    assert stats.seeds_needed(5, 2 * math.sqrt(1.5), 2, 2.0) == 6
+    assert stats.seeds_needed(5, 5, 1, 1.0) > stats.seeds_needed(5, 5, 1) == 16  # few df need more
+
+
 def test_a_cell_without_replicates_or_a_kind_of_one_method_is_refused():
     rows = [("a", n, 0, "P", 10.0 + n) for n in DELAYS]
     with pytest.raises(ValueError, match="no residual degrees of freedom"):
