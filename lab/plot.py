@@ -50,7 +50,7 @@ from lab.reader import (base_accuracy, by, by_loss, check_one_table, direction_a
 from lab.report import (LAG_MAP_HEAD, ablation_lines, anchor_lines, delays_note, direction_lines, drift_lines, fmt,  # noqa: E402
                         lag_map_lines, leaderboard_lines, machines, partial_score, preregistered_drift_lines, regime_lines, row_key,
                         row_summary, seed_scores, seeds_note, seq_tail_lines, seq_tail_pairs, short_table,
-                        signed, tier_lines, verdict_lines, SEQ_TAIL_DELAYS, SEQ_TAIL_ESS_RATIO,
+                        signed, tier_lines, verdict_lines, both_step_fits, step_size_lines, SEQ_TAIL_DELAYS, SEQ_TAIL_ESS_RATIO,
                         SEQ_TAIL_Q90_RATIO, SEQ_TAIL_ROWS, SEQ_TAIL_UPDATES)
 
 matplotlib.use("Agg")
@@ -721,7 +721,8 @@ def drift(root: str, out: str, against: str = None, **_) -> None:
     a_to_b, b_to_a = stats.drift_prediction(a, b), stats.drift_prediction(b, a)
     floor = stats.at_the_floor(a, b)
     kept_a, kept_b = a[~a["method"].isin(floor)], b[~b["method"].isin(floor)]
-    lines += (tier_lines(runs, order, name) + regime_lines([data[root], data[against]], name)
+    fits = both_step_fits(runs, order)
+    lines += (tier_lines(fits, order, name) + step_size_lines(fits, order, name) + regime_lines([data[root], data[against]], name)
               + verdict_lines(a_to_b, b_to_a, (lr_a, lr_b), name)
               + preregistered_drift_lines(stats.drift_bootstrap(kept_a, kept_b), stats.drift_bootstrap(kept_b, kept_a),
                                           (lr_a, lr_b), floor, name)

@@ -743,19 +743,32 @@ def anchor_lines(runs: list, name) -> list:
     return lines
 
 
-def tier_lines(runs: dict, order: list, name) -> list:
-    """Does a row's tier belong to the method or to the step size? Each step size's leaderboard
-    model (stats.fit_leaderboard) fitted to the runs of the rows both step sizes ran (`order`),
-    so that both tiers are drawn among the same rows: per row and lr the tier letters, the rank
-    interval, the stale accuracy and the difference to GRPO+TIS (simultaneous 95%); a row
-    changes when its top-tier membership or its standing against GRPO+TIS differs."""
-    results = {}
-    for folder, rs in runs.items():  # the N of each step size's leaderboard: its score's and N = 0
+def both_step_fits(runs: dict, order: list) -> dict:
+    """{lr: (its leaderboard model's result (stats.fit_leaderboard), its data)}: each step size's
+    model fitted to the runs of the rows both step sizes ran (`order`) at N = 0 and the stale N,
+    so that both tiers are drawn among the same rows; runs: {folder: runs at one step size}."""
+    fits = {}
+    for rs in runs.values():
         data = leaderboard_data([r for r in rs if method(r) in order
                                  and r["delay"] in (0, *stats.STALE_DELAYS)])
-        lr = rs[0]["cfg"]["lr"]
         if len(data) and data.groupby(["method", "N"]).size().max() >= 2:
-            results[lr] = stats.fit_leaderboard(data)
+            fits[rs[0]["cfg"]["lr"]] = (stats.fit_leaderboard(data), data)
+    return fits
+
+
+def _top_tier(result: dict) -> set:
+    """The letters of the best-scoring row's tier."""
+    best = max(result["score_at_average"], key=lambda m: result["score_at_average"][m][0])
+    return set(result["tiers"][best])
+
+
+def tier_lines(fits: dict, order: list, name) -> list:
+    """Does a row's tier belong to the method or to the step size? Each step size's model
+    (both_step_fits): per row and lr the tier letters, the rank interval, the stale accuracy and
+    the difference to GRPO+TIS (simultaneous 95%); a row changes when its top-tier membership or
+    its standing against GRPO+TIS differs (the pooled model's alone: step_size_lines reads both
+    analyses)."""
+    results = {lr: result for lr, (result, _) in fits.items()}
     scored = [m for m in order if all(m in res["score"] for res in results.values())]
     head = ("**Tiers at both step sizes** (each step size's leaderboard model fitted to the runs of "
             "the rows both ran, so both tiers are drawn among the same rows; top: shares a letter "
@@ -767,9 +780,7 @@ def tier_lines(runs: dict, order: list, name) -> list:
     lines = ["", head + ":", "", "| method | " + " | ".join(
         f"lr {lr:g}: tier | rank | score | vs GRPO+TIS" for lr in lrs) + " | changes |",
         "| --- |" + " --- | --- | --- | --- |" * len(lrs) + " --- |"]
-    # the top tier: the letters of each step size's best-scoring row
-    top = {lr: set(res["tiers"][max(res["score_at_average"], key=lambda x: res["score_at_average"][x][0])])
-           for lr, res in results.items()}
+    top = {lr: _top_tier(res) for lr, res in results.items()}
     changed = []
     for m in sorted(scored, key=lambda x: -results[lrs[0]]["score"][x][0]):
         cells, places = [], []  # places: (in the top tier, above / below / level with GRPO+TIS)
@@ -791,6 +802,126 @@ def tier_lines(runs: dict, order: list, name) -> list:
         lines.append(f"| {name(m)} | " + " | ".join(cells) + f" | {'; '.join(what)} |")
     lines += ["", f"Going from lr {lrs[0]:g} to lr {lrs[1]:g}, of the {len(scored)} rows scored at both: "
               + (f"{len(changed)} change: " + "; ".join(changed) + "." if changed else "none changes.")]
+    return lines
+
+
+STEP_SIZE_SEEDS = tuple(range(5))  # preregistration section 1 reads the second step size at seeds 0-4
+PREREGISTERED_STEP = 5e-5  # the step size section 1 was written for (another pair: an added analysis)
+
+
+def common_verdict(pooled: tuple, paired: tuple) -> str:
+    """The preregistration's common rule for one difference, from the pooled model's (difference,
+    half-width, adjusted p) and the seed-paired test's (difference, half-width, Holm p, seeds):
+    "above" / "below" where both reject at 5% with that sign, "level" where neither does,
+    "model-dependent" otherwise (or where the paired test has fewer than 3 common seeds)."""
+    if paired is None:
+        return "model-dependent"
+    apart = [x[2] < stats.ALPHA for x in (pooled, paired)]
+    if not any(apart):
+        return "level"
+    if all(apart) and (pooled[0] > 0) == (paired[0] > 0):
+        return "above" if pooled[0] > 0 else "below"
+    return "model-dependent"
+
+
+def across_steps(first: str, second: str) -> str:
+    """A relation's standing across two step sizes from its verdicts at each: "both" (the same
+    "above" or "below"), "reversed" (opposite ones), "one" (above or below at one only), or
+    "neither"."""
+    called = [v in ("above", "below") for v in (first, second)]
+    if all(called):
+        return "both" if first == second else "reversed"
+    return "one" if any(called) else "neither"
+
+
+def step_size_lines(fits: dict, order: list, name) -> list:
+    """Preregistration section 1 (lab/docs/preregistration.md), read from each step size's model
+    (both_step_fits) and the seed-paired tests: (a) each row against each reference, the common
+    rule's verdict at each step size (common_verdict) and across them (across_steps); (b) each
+    pair split by the first step size's tiers, its verdict at each step size (split in an order
+    by the pooled model's Holm and by stats.seed_paired_pairs, level in neither, else
+    model-dependent) and across them; the rows that change standing (top-tier membership or any
+    reference verdict differs). Headed "not yet" with the count of complete rows until every row
+    of the second step size has STEP_SIZE_SEEDS at every N; the counts until then are
+    provisional, not the reading."""
+    lrs = list(fits)
+    if len(lrs) < 2:
+        return []
+    (hi, hi_data), (lo, lo_data) = fits[lrs[0]], fits[lrs[1]]
+    rows = [m for m in order if m in hi["score"] and m in lo["score"]]
+    if not rows:
+        return []
+    complete = [m for m in rows if all(set(STEP_SIZE_SEEDS) <= set(lo_data.loc[(lo_data["method"] == m)
+                                                                               & (lo_data["N"] == n), "seed"])
+                                       for n in (0, *stats.STALE_DELAYS))]
+    seeds = f"seeds {STEP_SIZE_SEEDS[0]}-{STEP_SIZE_SEEDS[-1]}"
+    what = ("lab/docs/preregistration.md, section 1" if math.isclose(lrs[1], PREREGISTERED_STEP)
+            else f"section 1's rule of lab/docs/preregistration.md at another pair of step sizes: an added analysis")
+    head = (f"**Relations at both step sizes** ({what}: a relation holds at both where its verdict is the "
+            "same above or below at both (the pooled model and the seed-paired test agree), at one only "
+            "where it is above or below at one and level or model-dependent at the other, reversed where "
+            "the signs are opposite)")
+    if len(complete) < len(rows):
+        head += (f": not yet, {len(complete)} of the {len(rows)} rows scored at both have {seeds} at every N "
+                 f"at lr {lrs[1]:g}. *Provisional, on the runs landed so far (not the reading):*")
+    else:
+        head += f", every row with {seeds} at every N at lr {lrs[1]:g}:"
+    lines = ["", head]
+    # (a) against the references
+    refs = [r for r in stats.REFERENCES if r in rows]
+    verdicts = {}  # (row, reference) -> (verdict at the first step size, at the second)
+    for r in refs:
+        for m in rows:
+            if m != r:
+                verdicts[(m, r)] = tuple(common_verdict(res["vs"][r][m], res["paired"].get(r, {}).get(m))
+                                         for res in (hi, lo))
+    kinds = {k: [key for key, v in verdicts.items() if across_steps(*v) == k]
+             for k in ("both", "one", "reversed", "neither")}
+    lines += ["", f"(a) The rows against the references ({len(verdicts)} relations): {len(kinds['both'])} hold "
+              f"at both, {len(kinds['one'])} at one only, {len(kinds['reversed'])} reversed, "
+              f"{len(kinds['neither'])} called at neither (level or model-dependent at both)."]
+    for r in refs:
+        parts = []
+        for v in ("above", "below"):
+            at_both = [name(m) for (m, ref), vs in verdicts.items() if ref == r and vs == (v, v)]
+            parts.append(f"{v} at both: " + (", ".join(at_both) or "none"))
+        one = [f"{name(m)} ({vs[0]} -> {vs[1]})" for (m, ref), vs in verdicts.items()
+               if ref == r and across_steps(*vs) in ("one", "reversed")]
+        parts.append("at one only or reversed: " + (", ".join(one) or "none"))
+        lines.append(f"- vs {name(r)}: " + "; ".join(parts) + ".")
+    # (b) the pairs the first step size's tiers split
+    paired = {lr: stats.seed_paired_pairs(data, rows) for lr, (_, data) in fits.items()}
+
+    def split(res, lr, a, b):
+        pooled_p, pair = res["pairs"].get((a, b), res["pairs"].get((b, a))), paired[lr].get((a, b))
+        d = res["score_at_average"][a][0] - res["score_at_average"][b][0]
+        return common_verdict((d, None, pooled_p), pair)
+
+    pairs = {}
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if not set(hi["tiers"][a]) & set(hi["tiers"][b]):
+                pairs[(a, b)] = (split(hi, lrs[0], a, b), split(lo, lrs[1], a, b))
+    count = lambda k: sum(across_steps(*v) == k for v in pairs.values())
+    reversed_ = [f"{name(a)} / {name(b)}" for (a, b), v in pairs.items() if across_steps(*v) == "reversed"]
+    lines += ["", f"(b) The {len(pairs)} pairs the tiers split at lr {lrs[0]:g}, each judged at each step size by "
+              "the pooled model's Holm over all pairs and the seed-paired test of the pair (Holm over all pairs, "
+              f"stats.seed_paired_pairs): {count('both')} split in the same order at both, {count('one')} at one "
+              f"only, {count('reversed')} reversed" + (f" ({', '.join(reversed_)})" if reversed_ else "")
+              + f", {count('neither')} called at neither."]
+    # the rows that change standing
+    top = [_top_tier(res) for res in (hi, lo)]
+    changes = []
+    for m in rows:
+        what = []
+        in_top = [bool(set(res["tiers"][m]) & t) for res, t in zip((hi, lo), top)]
+        if in_top[0] != in_top[1]:
+            what.append("joins the top tier" if in_top[1] else "leaves the top tier")
+        what += [f"{vs[0]} -> {vs[1]} {name(r)}" for (row, r), vs in verdicts.items() if row == m and vs[0] != vs[1]]
+        if what:
+            changes.append(f"{name(m)} ({', '.join(what)})")
+    lines += ["", f"Rows that change standing (top-tier membership or a verdict against a reference): "
+              f"{len(changes)} of {len(rows)}" + (": " + "; ".join(changes) if changes else "") + "."]
     return lines
 
 

@@ -691,29 +691,51 @@ def seed_paired(data: pd.DataFrame, methods: list) -> dict:
     model: where the two analyses agree, a reading does not rest on the model's choices.
     {reference: {method: (mean difference, half-width, Holm p, seeds)}}; a pair with fewer than
     3 common seeds is left out."""
+    scores = _seed_scores(data, methods)
+    family = [(r, m) for r in REFERENCES if r in scores for m in methods if m != r and m in scores]
+    tested = _paired_tests({(r, m): scores[m] - scores[r] for r, m in family})
+    out = {r: {} for r in REFERENCES if r in scores}
+    for (r, m), result in tested.items():
+        out[r][m] = result
+    return out
+
+
+def seed_paired_pairs(data: pd.DataFrame, methods: list) -> dict:
+    """The second analysis of the tiers' pairs, as seed_paired's of the reference differences:
+    {(a, b): (mean of score_a - score_b over the seeds both ran every stale N, its 95% t
+    half-width, the paired t test's p Holm-adjusted over every pair tested, seeds)} for each pair
+    a before b in `methods` with 3 common seeds or more."""
+    scores = _seed_scores(data, methods)
+    have = [m for m in methods if m in scores]
+    return _paired_tests({(a, b): scores[a] - scores[b] for i, a in enumerate(have) for b in have[i + 1:]})
+
+
+def _seed_scores(data: pd.DataFrame, methods: list) -> dict:
+    """{method: pd.Series of its score per seed}: the mean of its final accuracies over
+    STALE_DELAYS, at the seeds where it ran every one of them."""
     stale = data[data["N"].isin(STALE_DELAYS)]
     per_seed = stale.groupby(["method", "seed"])["y"].agg(["mean", "count"])
     full = per_seed[per_seed["count"] == len(STALE_DELAYS)]["mean"]
-    scores = {m: full.xs(m, level="method") for m in methods if m in full.index.get_level_values("method")}
-    family, stats_ = [], []
-    for r in [r for r in REFERENCES if r in scores]:
-        for m in methods:
-            if m == r or m not in scores:
-                continue
-            d = (scores[m] - scores[r]).dropna()
-            if len(d) < 3:
-                continue
-            se = float(d.std(ddof=1)) / math.sqrt(len(d))
-            t = float(d.mean()) / se if se > 0 else math.copysign(math.inf, float(d.mean()) or 1.0)
-            p = 2 * float(scipy.stats.t.sf(abs(t), len(d) - 1))
-            family.append((r, m))
-            stats_.append((float(d.mean()), float(scipy.stats.t.ppf(1 - ALPHA / 2, len(d) - 1)) * se, p, len(d)))
-    out = {r: {} for r in REFERENCES if r in scores}
-    if family:
-        holm = multipletests([x[2] for x in stats_], alpha=ALPHA, method="holm")[1]
-        for (r, m), (d, h, _, k), ph in zip(family, stats_, holm):
-            out[r][m] = (d, h, float(ph), k)
-    return out
+    return {m: full.xs(m, level="method") for m in methods if m in full.index.get_level_values("method")}
+
+
+def _paired_tests(differences: dict) -> dict:
+    """{key: (mean, 95% t half-width, two-sided t p Holm-adjusted over the keys tested, seeds)}
+    of each pd.Series of per-seed differences (NaN where a seed is missing on one side) with
+    3 seeds or more."""
+    tested = {}
+    for key, d in differences.items():
+        d = d.dropna()
+        if len(d) < 3:
+            continue
+        se = float(d.std(ddof=1)) / math.sqrt(len(d))
+        t = float(d.mean()) / se if se > 0 else math.copysign(math.inf, float(d.mean()) or 1.0)
+        tested[key] = (float(d.mean()), float(scipy.stats.t.ppf(1 - ALPHA / 2, len(d) - 1)) * se,
+                       2 * float(scipy.stats.t.sf(abs(t), len(d) - 1)), len(d))
+    if tested:
+        holm = multipletests([x[2] for x in tested.values()], alpha=ALPHA, method="holm")[1]
+        tested = {k: (d, h, float(ph), n) for (k, (d, h, _, n)), ph in zip(tested.items(), holm)}
+    return tested
 
 
 def tiers(methods: list, est, cov, df) -> dict:

@@ -4,6 +4,7 @@ import math
 import os
 import re
 
+import pandas as pd
 import pytest
 
 import losses
@@ -453,6 +454,71 @@ def test_within_a_tier_the_pairs_that_differ_unadjusted_are_listed():
     line = report.within_tier_lines(result, str.upper)[1]
     assert line.endswith("of the 4 pairs that share a letter, 3 differ individually: B above A (+2.5, p 0.01); "
                          "B above D (+12.5, p 0.02); B above C (+3.5, p 0.04).")
+
+
+def test_the_common_rule_and_a_relation_across_step_sizes():
+    """Above / below where the pooled interval and the seed-paired Holm test both reject with one
+    sign; level where neither does; model-dependent otherwise or without a paired test. Across
+    two step sizes: both (the same call), reversed, one (called at one), neither."""
+    v = report.common_verdict
+    assert v((3.0, 1.0, 0.001), (2.5, 1.0, 0.01, 5)) == "above"
+    assert v((-3.0, 1.0, 0.001), (-2.5, 1.0, 0.01, 5)) == "below"
+    assert v((3.0, 1.0, 0.2), (2.5, 1.0, 0.3, 5)) == "level"
+    assert v((3.0, 1.0, 0.001), (2.5, 1.0, 0.3, 5)) == v((3.0, 1.0, 0.2), (2.5, 1.0, 0.01, 5)) == "model-dependent"
+    assert v((3.0, 1.0, 0.001), (-2.5, 1.0, 0.01, 5)) == v((3.0, 1.0, 0.001), None) == "model-dependent"
+    a = report.across_steps
+    assert (a("above", "above"), a("below", "above"), a("above", "level"), a("model-dependent", "below"),
+            a("level", "model-dependent")) == ("both", "reversed", "one", "one", "neither")
+
+
+def _step_fit(scores, tiers, seeds=range(5), drop=None):
+    """A hand-made both_step_fits entry for rows scoring `scores` at every N: the pooled model's
+    reference differences and pairs significant (p 0.001) where the scores differ by more than 5
+    points, else not (p 0.9); runs at each seed at +0.1 x ((seed + row index) % 3 - 1) (the rows'
+    per-seed noise, so paired differences vary); `drop`: a (method, N, seed) left out."""
+    rows = list(scores)
+    p = lambda a, b: 0.001 if abs(scores[a] - scores[b]) > 5 else 0.9
+    result = {"score": {m: (scores[m], 1.0) for m in rows}, "score_at_average": {m: (scores[m], 1.0) for m in rows},
+              "tiers": tiers, "vs": {r: {m: (scores[m] - scores[r], 1.0, p(m, r)) for m in rows if m != r}
+                                     for r in stats.REFERENCES},
+              "pairs": {(a, b): p(a, b) for i, a in enumerate(rows) for b in rows[i + 1:]}}
+    data = pd.DataFrame([{"method": m, "N": n, "seed": s, "y": scores[m] + 0.1 * ((s + i) % 3 - 1)}
+                         for i, m in enumerate(rows) for n in (0, *stats.STALE_DELAYS) for s in seeds
+                         if (m, n, s) != drop])
+    result["paired"] = stats.seed_paired(data, rows)
+    return result, data
+
+
+def test_relations_at_both_step_sizes_as_preregistered():
+    """Four rows. lr 2e-4: TOPR 60, PPO against the sampler 40, GRPO+TIS 30, GRPO 10, four tiers;
+    lr 5e-5: TOPR, PPO and GRPO+TIS at 60 (one tier), GRPO 20. (a) 9 relations: GRPO below
+    GRPO+TIS and PPO, and TOPR, GRPO+TIS and PPO above GRPO, at both (5); TOPR and PPO above
+    GRPO+TIS, TOPR above PPO and GRPO+TIS below PPO at lr 2e-4 only (4). (b) the 6 pairs split at
+    lr 2e-4: GRPO's 3 at both, the others at one only. Standing: TOPR (its two verdicts), GRPO+TIS
+    and PPO (join the top tier, one verdict each) change, GRPO does not. With one run of seed 4
+    missing at lr 5e-5 the section says not yet, 3 of 4 rows complete, and its counts are
+    provisional."""
+    ppo, order = "grpo_grpo_anchor-behavior", ["topr", "grpo_grpo_anchor-behavior", "grpo_tis", "grpo"]
+    hi = _step_fit({"topr": 60.0, ppo: 40.0, "grpo_tis": 30.0, "grpo": 10.0},
+                   {"topr": "a", ppo: "b", "grpo_tis": "c", "grpo": "d"})
+    lo = _step_fit({"topr": 60.0, ppo: 60.0, "grpo_tis": 60.0, "grpo": 20.0},
+                   {"topr": "a", ppo: "a", "grpo_tis": "a", "grpo": "b"})
+    text = "\n".join(report.step_size_lines({2e-4: hi, 5e-5: lo}, order, str.upper))
+    assert "preregistration.md, section 1" in text and "every row with seeds 0-4 at every N at lr 5e-05:" in text
+    assert "(a) The rows against the references (9 relations): 5 hold at both, 4 at one only, 0 reversed, 0 called at neither" in text
+    assert (f"- vs GRPO_TIS: above at both: none; below at both: GRPO; at one only or reversed: TOPR (above -> level), "
+            f"{ppo.upper()} (above -> level).") in text
+    assert "- vs GRPO: above at both: TOPR, GRPO_GRPO_ANCHOR-BEHAVIOR, GRPO_TIS; below at both: none;" in text
+    assert "(b) The 6 pairs the tiers split at lr 0.0002" in text
+    assert "3 split in the same order at both, 3 at one only, 0 reversed, 0 called at neither." in text
+    assert ("Rows that change standing (top-tier membership or a verdict against a reference): 3 of 4: TOPR (above -> "
+            f"level GRPO_TIS, above -> level {ppo.upper()}); {ppo.upper()} (joins the top tier, above -> level GRPO_TIS); "
+            f"GRPO_TIS (joins the top tier, below -> level {ppo.upper()}).") in text
+    short = _step_fit({"topr": 60.0, ppo: 60.0, "grpo_tis": 60.0, "grpo": 20.0},
+                      {"topr": "a", ppo: "a", "grpo_tis": "a", "grpo": "b"}, drop=("grpo", 128, 4))
+    text = "\n".join(report.step_size_lines({2e-4: hi, 5e-5: short}, order, str.upper))
+    assert "not yet, 3 of the 4 rows scored at both have seeds 0-4 at every N at lr 5e-05. *Provisional" in text
+    assert "an added analysis" in "\n".join(report.step_size_lines({2e-4: hi, 1.25e-5: lo}, order, str.upper))
 
 
 def test_make_row_names_the_row_and_reads_its_line(tmp_path):
