@@ -47,7 +47,7 @@ from lab.reader import (base_accuracy, by, by_loss, check_one_table, direction_a
                         eval_key, final_accuracy, final_mean, last_fraction, leaderboard_data, load_runs,
                         loss_order, mean, method, processor_kind, row_label, row_order, row_settings,
                         run_mean, same_rewards_through, series, tidy)
-from lab.report import (LAG_MAP_HEAD, ablation_lines, anchor_lines, delays_note, direction_lines, drift_lines, fmt,  # noqa: E402
+from lab.report import (LAG_MAP_HEAD, ablation_lines, framework_hypothesis_lines, anchor_lines, delays_note, direction_lines, drift_lines, fmt,  # noqa: E402
                         lag_map_lines, leaderboard_lines, machines, partial_score, preregistered_drift_lines, regime_lines, row_key,
                         row_summary, seed_scores, seeds_note, seq_tail_lines, seq_tail_pairs, short_table,
                         signed, tier_lines, verdict_lines, both_step_fits, step_size_lines, SEQ_TAIL_DELAYS, SEQ_TAIL_ESS_RATIO,
@@ -431,7 +431,7 @@ def leaderboard(root: str, out: str, at_delay: int = 32, frameworks: str = None,
     if frameworks and lag_map:
         with open(frameworks) as f:
             listed = yaml.safe_load(f)["frameworks"]
-        table = lag_map_lines(listed, result, cells, delays)
+        table = lag_map_lines(listed, result, cells, delays) + framework_hypothesis_lines(result, cells)
         with open(lag_map, "w") as f:
             f.write(LAG_MAP_HEAD + "\n\n" + "\n".join(table) + "\n")
         print(f"wrote {lag_map}")

@@ -480,6 +480,46 @@ def lag_map_lines(frameworks: list, result: dict, cells: dict, delays: list) -> 
     return lines
 
 
+# preregistration section 3's hypothesis: {a trainer's row: the reference it sits with (level by the
+# common rule at lr 2e-4)}: a ratio to the learner recomputed before the update leaves no correction
+# at one step per batch (GRPO); a bound against the sampler is PPO against the sampler's
+FRAMEWORK_HYPOTHESIS = {"grpo_grpo_agg-seq_mean": "grpo",
+                        "k3_rs_k3_rs_threshold-1e+30": "grpo_grpo_anchor-behavior",
+                        "grpo_adv_eps-1e-08_adv_std-population_grpo_anchor-behavior": "grpo_grpo_anchor-behavior"}
+FRAMEWORK_SEEDS = tuple(range(10))  # the grid's seeds: the reading waits for them
+
+
+def framework_hypothesis_lines(result: dict, cells: dict) -> list:
+    """Preregistration section 3's hypothesis, row by row (FRAMEWORK_HYPOTHESIS): the common
+    rule's verdict (common_verdict) of the row against the reference it is said to sit with, with
+    both analyses' numbers: "holds" where level, "refuted" where above or below, "undecided"
+    where model-dependent; provisional until the row has FRAMEWORK_SEEDS at every stale N.
+    `cells`: {method: {N: {seed: final}}}, as the leaderboard's."""
+    head = ("**Preregistration section 3's hypothesis** (lab/docs/preregistration.md: a trainer whose "
+            "default takes the ratio to the learner recomputed before the update sits with GRPO, one "
+            "whose default bounds the update against the sampler sits with PPO against the sampler: "
+            "level with it by the common rule; refuted for a row above or below it. AReaL's recipe "
+            f"is the GRPO row itself. Read at seeds {FRAMEWORK_SEEDS[0]}-{FRAMEWORK_SEEDS[-1]}; "
+            "provisional before):")
+    lines = ["", head, ""]
+    for row, ref in FRAMEWORK_HYPOTHESIS.items():
+        label = f"{row_label(row)} with {row_label(ref)}"
+        pooled = result["vs"].get(ref, {}).get(row)
+        if pooled is None:
+            lines.append(f"- {label}: not scored yet.")
+            continue
+        paired = result.get("paired", {}).get(ref, {}).get(row)
+        verdict = common_verdict(pooled, paired)
+        said = {"level": "holds", "above": "refuted (above)", "below": "refuted (below)"}.get(verdict, "undecided")
+        seeds = min(len(cells[row].get(n, {})) for n in stats.STALE_DELAYS)
+        done = all(set(FRAMEWORK_SEEDS) <= set(cells[row].get(n, {})) for n in stats.STALE_DELAYS)
+        lines.append(f"- {label}: {said}{'' if done else f', provisional ({seeds} seeds at the fewest stale N)'}: "
+                     f"pooled {signed(pooled[0])} ± {pooled[1]:.1f} (adjusted p {pooled[2]:.2g}), paired "
+                     + (f"{signed(paired[0])} ± {paired[1]:.1f} (Holm p {paired[2]:.2g}, {paired[3]} seeds)."
+                        if paired else "none (fewer than 3 common seeds)."))
+    return lines
+
+
 def leaderboard_lines(result: dict, ranked: list, cells: dict, groups: dict, delays: list, at_delay: int,
                       runs: list, data: pd.DataFrame) -> list:
     """The leaderboard's table from its fit (stats.fit_leaderboard's `result`), rows in `ranked`

@@ -521,6 +521,26 @@ def test_relations_at_both_step_sizes_as_preregistered():
     assert "an added analysis" in "\n".join(report.step_size_lines({2e-4: hi, 1.25e-5: lo}, order, str.upper))
 
 
+def test_the_frameworks_hypothesis_is_read_row_by_row():
+    """Section 3: slime / ROLL's row level with GRPO in both analyses holds; verl's above PPO
+    against the sampler in both is refuted; TRL AsyncGRPO's, apart in the pooled model only, is
+    undecided. With 3 seeds at N = 128 each is provisional; with seeds 0-9 at every stale N it
+    is not; a row not scored says so."""
+    slime, verl, trl = report.FRAMEWORK_HYPOTHESIS
+    ppo = "grpo_grpo_anchor-behavior"
+    result = {"vs": {"grpo": {slime: (1.0, 2.0, 0.9)}, ppo: {verl: (8.0, 3.0, 0.001), trl: (5.0, 4.0, 0.01)}},
+              "paired": {"grpo": {slime: (0.5, 2.5, 1.0, 3)}, ppo: {verl: (7.0, 2.0, 0.002, 3), trl: (4.0, 6.0, 0.4, 3)}}}
+    every = {n: dict.fromkeys(range(10), 0.5) for n in (0, *stats.STALE_DELAYS)}
+    cells = {slime: {**every, 128: dict.fromkeys((0, 3, 4), 0.5)}, verl: every, trl: every}
+    text = "\n".join(report.framework_hypothesis_lines(result, cells))
+    assert "with GRPO: holds, provisional (3 seeds at the fewest stale N): pooled +1.0 ± 2.0 (adjusted p 0.9), " \
+           "paired +0.5 ± 2.5 (Holm p 1, 3 seeds)." in text
+    assert "with PPO vs sampler (GRPO, behavior anchor): refuted (above): pooled +8.0" in text
+    assert f"- {reader.row_label(trl)} with PPO vs sampler (GRPO, behavior anchor): undecided: pooled +5.0" in text
+    del result["vs"]["grpo"][slime]
+    assert "with GRPO: not scored yet." in "\n".join(report.framework_hypothesis_lines(result, cells))
+
+
 def test_make_row_names_the_row_and_reads_its_line(tmp_path):
     """sweep.row_sweep builds one row's grid on the ladder's runs (its settings among those the
     objective registers, else refused naming them); report.row_key gives the key its runs will have
