@@ -93,7 +93,10 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     text, rows = leaderboard_rows("leaderboard_toy.md")
     ppo = rows["PPO vs sampler (GRPO, behavior anchor)"]
     assert above(ppo[VS_TIS]) and above(ppo[VS_GRPO])
-    top = [name for name, row in rows.items() if "a" in row["tier"]]
+    # the top tier's rows with their ten seeds at every N; a row still climbing the ladder can
+    # share letter a on an interval too wide to place it (the docs say so)
+    top_all = [name for name, row in rows.items() if "a" in row["tier"]]
+    top = [m for m in top_all if set(rows[m]["seeds per N"].split("/")) == {"10"}]
     assert top and all(above(rows[m][VS_TIS]) and above(rows[m][VS_GRPO]) for m in top)
     assert above(rows["GRPO+TIS"][VS_GRPO])
     # the same readings by the second analysis (seed-paired, Holm): the README states them as
@@ -101,7 +104,11 @@ def test_the_leaderboard_readings_hold_in_the_generated_table():
     paired, ppo_label = paired_rows("leaderboard_toy.md"), "PPO vs sampler (GRPO, behavior anchor)"
     assert paired_above(paired, ppo_label, "GRPO+TIS") and paired_above(paired, ppo_label, "GRPO")
     assert all(paired_above(paired, m, "GRPO+TIS") and paired_above(paired, m, "GRPO") for m in top)
-    assert paired_above(paired, "GRPO+TIS", "GRPO")
+    # GRPO+TIS above GRPO: model-dependent (docs): the paired difference's unadjusted 95% interval
+    # excludes zero, its Holm p over the whole family does not reach 5%
+    cell = re.search(r"\n\| GRPO\+TIS \|  \| \+([\d.]+) ± ([\d.]+) \(([\d.e-]+)\)",
+                     text.split("**A second analysis**")[1]).groups()
+    assert float(cell[0]) > float(cell[1]) and float(cell[2]) >= 0.05
     assert paired_above(paired, "REC-OneSide-NoIS", ppo_label) and paired_above(paired, "AsymRE", ppo_label)
     assert not any(paired_above(paired, m, ppo_label) for m in ("TRM", "PPO+outlier RS (SkyRL's mask)", "BAPO", "DPPO-KL"))
     # the newest corrections: REC one-side and AsymRE above PPO's clip against the sampler; the
