@@ -47,10 +47,10 @@ from lab.reader import (base_accuracy, by, by_loss, check_one_table, direction_a
                         eval_key, final_accuracy, final_mean, last_fraction, leaderboard_data, load_runs,
                         loss_order, mean, method, processor_kind, row_label, row_order, row_settings,
                         run_mean, same_rewards_through, series, tidy)
-from lab.report import (LAG_MAP_HEAD, ablation_lines, framework_hypothesis_lines, anchor_lines, delays_note, direction_lines, drift_lines, fmt,  # noqa: E402
-                        lag_map_lines, leaderboard_lines, machines, partial_score, preregistered_drift_lines, regime_lines, row_key,
+from lab.report import (LAG_MAP_HEAD, ablation_lines, anchor_lines, both_step_fits, delays_note, direction_lines, drift_lines, fmt,  # noqa: E402
+                        framework_hypothesis_lines, lag_map_lines, leaderboard_lines, machines, partial_score, preregistered_drift_lines, regime_lines, row_key,
                         row_summary, seed_scores, seeds_note, seq_tail_lines, seq_tail_pairs, short_table,
-                        signed, tier_lines, verdict_lines, both_step_fits, step_size_lines, SEQ_TAIL_DELAYS, SEQ_TAIL_ESS_RATIO,
+                        signed, step_size_lines, tier_lines, verdict_lines, SEQ_TAIL_DELAYS, SEQ_TAIL_ESS_RATIO,
                         SEQ_TAIL_Q90_RATIO, SEQ_TAIL_ROWS, SEQ_TAIL_UPDATES)
 
 matplotlib.use("Agg")

@@ -354,23 +354,21 @@ def within_tier_lines(result: dict, name) -> list:
 
 def paired_lines(result: dict, ranked: list, name) -> list:
     """The reference differences by the second analysis (stats.seed_paired) beside the pooled
-    model's: how many agree (apart from 0 in both with one sign, or in neither), those that hold
-    in one only (model-dependent, both numbers), and every paired difference."""
+    model's: how many agree (common_verdict: apart from 0 in both with one sign, or in neither),
+    those that do not (model-dependent, both numbers), and every paired difference."""
     paired, pooled = result.get("paired", {}), result["vs"]
     both = [(r, m) for r in paired for m in paired[r] if m in pooled.get(r, {})]
     if not both:
         return []
-    verdict = lambda d, p: 0 if p >= stats.ALPHA else (1 if d > 0 else -1)
     apart, level, split = 0, 0, []
     for r, m in both:
-        a = verdict(pooled[r][m][0], pooled[r][m][2])
-        b = verdict(paired[r][m][0], paired[r][m][2])
-        if a == b:
-            apart, level = apart + (a != 0), level + (a == 0)
-        else:
+        verdict = common_verdict(pooled[r][m], paired[r][m])
+        if verdict == "model-dependent":
             split.append(f"{name(m)} vs {name(r)}: pooled {signed(pooled[r][m][0])} ± {pooled[r][m][1]:.1f}"
-                         f"{' *' if a else ''}, paired {signed(paired[r][m][0])} ± {paired[r][m][1]:.1f} "
-                         f"(Holm p {paired[r][m][2]:.2g})")
+                         f"{' *' if pooled[r][m][2] < stats.ALPHA else ''}, paired {signed(paired[r][m][0])} ± "
+                         f"{paired[r][m][1]:.1f} (Holm p {paired[r][m][2]:.2g})")
+        else:
+            apart, level = apart + (verdict != "level"), level + (verdict == "level")
     refs = list(paired)
     lines = ["", f"**A second analysis** (seed-paired: per method and reference, the differences of the "
              f"score seed by seed over the seeds both ran, a t test on them, Holm over the {len(both)}; no "

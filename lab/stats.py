@@ -510,12 +510,12 @@ def _factor_effects(fit, factor: str, sigma: dict) -> tuple:
 
 
 def _pair_p(est: np.ndarray, cov: np.ndarray, df) -> tuple:
-    """([(i, j)], unadjusted two-sided t p-values) of every pair i < j of score differences;
-    df(i, j): the difference's degrees of freedom."""
+    """([(i, j)], unadjusted two-sided t p-values, [(standard error, df)]) of every pair i < j of
+    score differences; df(i, j): the difference's degrees of freedom."""
     pairs = [(i, j) for i in range(len(est)) for j in range(i + 1, len(est))]
-    p = [2 * scipy.stats.t.sf(abs(est[i] - est[j]) / math.sqrt(cov[i, i] + cov[j, j] - 2 * cov[i, j]), df(i, j))
-         for i, j in pairs]
-    return pairs, np.array(p)
+    se_df = [(math.sqrt(cov[i, i] + cov[j, j] - 2 * cov[i, j]), df(i, j)) for i, j in pairs]
+    p = [2 * scipy.stats.t.sf(abs(est[i] - est[j]) / se, d) for (i, j), (se, d) in zip(pairs, se_df)]
+    return pairs, np.array(p), se_df
 
 
 def letter_display(names: list, est: list, different: list) -> dict:
@@ -743,14 +743,14 @@ def tiers(methods: list, est, cov, df) -> dict:
     pair_se: {(a, b): (the difference's standard error, its df)}, rank: rank intervals
     (rank_sets)} of the scores est with covariance cov, Holm over all pairs;
     df(i, j): a pair's degrees of freedom."""
-    pairs, p_raw = _pair_p(est, cov, df)
+    pairs, p_raw, se_df = _pair_p(est, cov, df)
     p_holm = multipletests(p_raw, alpha=ALPHA, method="holm")[1] if pairs else np.zeros(0)
-    se = {(methods[i], methods[j]): (math.sqrt(cov[i, i] + cov[j, j] - 2 * cov[i, j]), df(i, j)) for i, j in pairs}
     different = [(methods[i], methods[j]) for (i, j), p in zip(pairs, p_holm) if p < ALPHA]
     return {"tiers": letter_display(methods, list(est), different),
             "pairs": {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_holm)},
             "pairs_raw": {(methods[i], methods[j]): float(p) for (i, j), p in zip(pairs, p_raw)},
-            "pair_se": se, "rank": rank_sets(methods, list(est), different)}
+            "pair_se": {(methods[i], methods[j]): x for (i, j), x in zip(pairs, se_df)},
+            "rank": rank_sets(methods, list(est), different)}
 
 
 def rank_sets(names: list, est: list, different: list) -> dict:
